@@ -1,0 +1,21 @@
+"""Configuration: one module per option group, registered on a ConfigOpts
+that the caller owns and passes in (no global CONF inside the core)."""
+
+from oslo_config import cfg
+
+from rtagent.conf import default, libvirt, placement, rtagent
+
+_GROUP_MODULES = (default, libvirt, placement, rtagent)
+
+
+def register_opts(conf):
+    """Register every rtagent option group on ``conf``."""
+    for module in _GROUP_MODULES:
+        module.register_opts(conf)
+
+
+def new_conf():
+    """Return a fresh ConfigOpts with all rtagent options registered."""
+    conf = cfg.ConfigOpts()
+    register_opts(conf)
+    return conf

@@ -1,0 +1,99 @@
+"""[DEFAULT]: node identity, reserved amounts and allocation ratios.
+
+Names, meanings and defaults follow nova-compute's options of the same names,
+so an operator's existing values carry over unchanged.
+"""
+
+import socket
+
+from oslo_config import cfg
+
+RATIO_OPTS = ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio")
+
+node_opts = [
+    cfg.StrOpt(
+        "host",
+        default=socket.gethostname(),
+        sample_default="<current_hostname>",
+        help="Name of this agent's host. Used as the RPC server name and in logs. "
+        "The Placement root provider is named after the hypervisor hostname, "
+        "which the host driver reports.",
+    ),
+    cfg.HostAddressOpt(
+        "my_ip",
+        default="127.0.0.1",
+        sample_default="<host_ipv4>",
+        help="IP address of this host, reported to schedulers as host_ip.",
+    ),
+    cfg.StrOpt(
+        "state_path",
+        default="/var/lib/rtagent",
+        help="Directory holding the agent's durable state: the node identity "
+        "file (compute_id) and the claim store. Created 0700 if missing. "
+        "Point it at nova-compute's state_path to keep nova's node UUID.",
+    ),
+]
+
+reserved_opts = [
+    cfg.IntOpt(
+        "reserved_host_memory_mb",
+        default=512,
+        min=0,
+        help="Memory in MiB kept for the host; reported as MEMORY_MB reserved.",
+    ),
+    cfg.IntOpt(
+        "reserved_host_disk_mb",
+        default=0,
+        min=0,
+        help="Disk in MiB kept for the host; reported as DISK_GB reserved, "
+        "rounded up to whole GiB.",
+    ),
+    cfg.IntOpt(
+        "reserved_host_cpus",
+        default=0,
+        min=0,
+        help="Host CPUs kept for the host; reported as VCPU reserved.",
+    ),
+]
+
+
+def _ratio(name, resource):
+    return cfg.FloatOpt(
+        name,
+        default=None,
+        min=0.0,
+        help=f"Allocation ratio of {resource}. When set it is pushed to Placement "
+        "on every sync. When unset, the initial ratio is used when the "
+        "inventory is first created and a ratio set later through the "
+        "Placement API is respected.",
+    )
+
+
+def _initial_ratio(name, resource, default):
+    return cfg.FloatOpt(
+        name,
+        default=default,
+        min=0.0,
+        help=f"Allocation ratio of {resource} used when the inventory is first "
+        f"created in Placement and {name.replace('initial_', '')} is unset.",
+    )
+
+
+ratio_opts = [
+    _ratio("cpu_allocation_ratio", "VCPU"),
+    _ratio("ram_allocation_ratio", "MEMORY_MB"),
+    _ratio("disk_allocation_ratio", "DISK_GB"),
+    _initial_ratio("initial_cpu_allocation_ratio", "VCPU", 4.0),
+    _initial_ratio("initial_ram_allocation_ratio", "MEMORY_MB", 1.0),
+    _initial_ratio("initial_disk_allocation_ratio", "DISK_GB", 1.0),
+]
+
+ALL_OPTS = node_opts + reserved_opts + ratio_opts
+
+
+def register_opts(conf):
+    conf.register_opts(ALL_OPTS)
+
+
+def list_opts():
+    return {"DEFAULT": ALL_OPTS}

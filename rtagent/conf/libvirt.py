@@ -1,0 +1,29 @@
+"""[libvirt]: how the host driver reaches the hypervisor."""
+
+from oslo_config import cfg
+
+GROUP = cfg.OptGroup("libvirt", title="libvirt host driver options")
+
+ALL_OPTS = [
+    cfg.StrOpt(
+        "connection_uri",
+        default="qemu:///system",
+        help="libvirt connection URI. Use test:///ABSOLUTE/PATH/host.xml for "
+        "libvirt's test driver (the demo does).",
+    ),
+    cfg.StrOpt(
+        "instances_path",
+        default="$state_path/instances",
+        help="Directory where instance disks live. Its filesystem size is the "
+        "DISK_GB total (floor of GiB).",
+    ),
+]
+
+
+def register_opts(conf):
+    conf.register_group(GROUP)
+    conf.register_opts(ALL_OPTS, group=GROUP)
+
+
+def list_opts():
+    return {GROUP: ALL_OPTS}

@@ -1,0 +1,45 @@
+"""[placement]: how to reach OpenStack Placement.
+
+The options are keystoneauth1's own (session, auth and adapter), registered
+through ``keystoneauth1.loading`` so that any auth plugin works, exactly as in
+nova.conf's [placement] section.
+"""
+
+import copy
+
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+GROUP = cfg.OptGroup("placement", title="Placement service options")
+SERVICE_TYPE = "placement"
+
+
+def register_opts(conf):
+    conf.register_group(GROUP)
+    ks_loading.register_session_conf_options(conf, GROUP.name)
+    ks_loading.register_auth_conf_options(conf, GROUP.name)
+    ks_loading.register_adapter_conf_options(conf, GROUP.name, include_deprecated=False)
+    conf.set_default("service_type", SERVICE_TYPE, group=GROUP.name)
+    conf.set_default("valid_interfaces", ["internal", "public"], group=GROUP.name)
+
+
+def list_opts():
+    opts = (
+        ks_loading.get_session_conf_options()
+        + ks_loading.get_auth_common_conf_options()
+        + ks_loading.get_auth_plugin_conf_options("password")
+        + ks_loading.get_adapter_conf_options(include_deprecated=False)
+    )
+    # The sample shows our defaults, not keystoneauth's blanks; copy so the
+    # library's shared option objects are left untouched.
+    opts = [copy.deepcopy(opt) for opt in opts]
+    for opt in opts:
+        if opt.dest == "service_type":
+            opt.default = SERVICE_TYPE
+        elif opt.dest == "valid_interfaces":
+            opt.default = ["internal", "public"]
+    # The password plugin and the adapter both declare some options; list each once.
+    unique = {}
+    for opt in opts:
+        unique.setdefault(opt.dest, opt)
+    return {GROUP: sorted(unique.values(), key=lambda o: o.dest)}

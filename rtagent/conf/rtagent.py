@@ -1,0 +1,39 @@
+"""[rtagent]: the agent's own behaviour (audit loop, sync retries)."""
+
+from oslo_config import cfg
+
+GROUP = cfg.OptGroup("rtagent", title="rtagent agent options")
+
+ALL_OPTS = [
+    cfg.IntOpt(
+        "audit_interval",
+        default=60,
+        min=1,
+        help="Seconds between the end of one host audit and the start of the next.",
+    ),
+    cfg.IntOpt(
+        "sync_max_attempts",
+        default=4,
+        min=1,
+        max=20,
+        help="Attempts to apply the provider tree to Placement when it answers "
+        "with a generation conflict, before the sync gives up until the "
+        "next audit.",
+    ),
+    cfg.FloatOpt(
+        "sync_retry_delay",
+        default=0.2,
+        min=0.0,
+        help="Upper bound in seconds of the first jittered pause between sync "
+        "attempts; it doubles with each attempt (capped at 5 s).",
+    ),
+]
+
+
+def register_opts(conf):
+    conf.register_group(GROUP)
+    conf.register_opts(ALL_OPTS, group=GROUP)
+
+
+def list_opts():
+    return {GROUP: ALL_OPTS}

@@ -1,0 +1,126 @@
+"""A thin Placement REST client over a keystoneauth1 Adapter.
+
+One method per request the agent makes; each returns plain data or raises a
+:mod:`rtagent.placement.errors` class chosen by Placement's error code. The
+client keeps no state and never retries: retrying is the sync's job, under
+one policy.
+"""
+
+import time
+
+from keystoneauth1 import exceptions as ks_exc
+
+from rtagent.placement import errors
+
+MICROVERSION = "1.39"
+"""Every request is sent at this microversion; the agent needs >= 1.39
+(consumer types in allocation writes, in_tree filtering, name updates)."""
+
+
+class RequestObserver:
+    """Hooks around every request: metrics, tracing and tests use them.
+
+    ``before`` runs just before the request goes out, ``after`` when its
+    answer (or failure, ``status`` None) is known.
+    """
+
+    def before(self, method, url):
+        pass
+
+    def after(self, method, url, status, seconds):
+        pass
+
+
+class PlacementClient:
+    """Placement calls used by the agent.
+
+    :param adapter: a keystoneauth1 Adapter for the placement service.
+    :param observer: a :class:`RequestObserver`, or None.
+    """
+
+    def __init__(self, adapter, observer=None):
+        self._adapter = adapter
+        self._observer = observer or RequestObserver()
+
+    def _request(self, method, url, body=None, params=None):
+        self._observer.before(method, url)
+        started = time.monotonic()
+        status = None
+        try:
+            response = self._adapter.request(
+                url,
+                method,
+                json=body,
+                params=params,
+                microversion=MICROVERSION,
+                raise_exc=False,
+            )
+            status = response.status_code
+        except ks_exc.ClientException as exc:
+            # Connection refused or reset, timeouts, endpoint discovery
+            # failures: all mean "try again later" to the caller.
+            raise errors.PlacementUnavailable(method=method, url=url, reason=str(exc)) from exc
+        finally:
+            self._observer.after(method, url, status, time.monotonic() - started)
+        if status >= 400:
+            raise errors.from_response(method, url, response)
+        if status == 204 or not response.content:
+            return None
+        return response.json()
+
+    def list_tree(self, root_uuid):
+        """Providers in the tree rooted at ``root_uuid`` (empty if none).
+
+        :returns: list of dicts with uuid, name, generation,
+            parent_provider_uuid, root_provider_uuid.
+        """
+        body = self._request("GET", "/resource_providers", params={"in_tree": root_uuid})
+        return body["resource_providers"]
+
+    def get_inventories(self, rp_uuid):
+        """:returns: (generation, {resource class: inventory dict})."""
+        body = self._request("GET", f"/resource_providers/{rp_uuid}/inventories")
+        return body["resource_provider_generation"], body["inventories"]
+
+    def get_traits(self, rp_uuid):
+        """:returns: (generation, frozenset of trait names)."""
+        body = self._request("GET", f"/resource_providers/{rp_uuid}/traits")
+        return body["resource_provider_generation"], frozenset(body["traits"])
+
+    def create_provider(self, rp_uuid, name, parent_uuid=None):
+        """Create a provider; :returns: its generation (0)."""
+        payload = {"uuid": rp_uuid, "name": name}
+        if parent_uuid:
+            payload["parent_provider_uuid"] = parent_uuid
+        body = self._request("POST", "/resource_providers", body=payload)
+        return body["generation"]
+
+    def update_provider(self, rp_uuid, name, parent_uuid=None):
+        """Rename (or re-parent) a provider; :returns: its generation."""
+        payload = {"name": name}
+        if parent_uuid:
+            payload["parent_provider_uuid"] = parent_uuid
+        body = self._request("PUT", f"/resource_providers/{rp_uuid}", body=payload)
+        return body["generation"]
+
+    def put_inventories(self, rp_uuid, generation, inventories):
+        """Replace all inventories; :returns: the new generation.
+
+        :raises GenerationConflict: ``generation`` is stale.
+        """
+        payload = {"resource_provider_generation": generation, "inventories": inventories}
+        body = self._request("PUT", f"/resource_providers/{rp_uuid}/inventories", body=payload)
+        return body["resource_provider_generation"]
+
+    def put_traits(self, rp_uuid, generation, traits):
+        """Replace all traits; :returns: the new generation.
+
+        :raises GenerationConflict: ``generation`` is stale.
+        """
+        payload = {"resource_provider_generation": generation, "traits": sorted(traits)}
+        body = self._request("PUT", f"/resource_providers/{rp_uuid}/traits", body=payload)
+        return body["resource_provider_generation"]
+
+    def get_usages(self, rp_uuid):
+        """:returns: {resource class: amount used} on the provider."""
+        return self._request("GET", f"/resource_providers/{rp_uuid}/usages")["usages"]

@@ -1,0 +1,45 @@
+"""What the agent wants Placement to hold for a node: a pure function of the
+tracker's snapshot.
+
+The root provider carries nova's data model: named after the hypervisor
+hostname, the node UUID, VCPU / MEMORY_MB / DISK_GB inventories as nova
+computes them, and the COMPUTE_NODE trait. Child providers (PCI devices) and
+driver traits plug in through ``children`` and ``driver_traits``.
+"""
+
+import os_traits
+
+from rtagent.placement.tree import Provider, ProviderTree
+from rtagent.tracker import ledger
+from rtagent.tracker.model import frozen_map
+
+# Traits every root carries. The set of traits this agent manages on the
+# root grows with the driver's capability traits (a later issue).
+ROOT_TRAITS = frozenset({os_traits.COMPUTE_NODE})
+
+
+def root_provider(snapshot, driver_traits=frozenset(), managed_traits=frozenset()):
+    """The desired root provider for ``snapshot`` (a tracker NodeSnapshot).
+
+    :param driver_traits: traits the host driver reports now.
+    :param managed_traits: every trait the driver *could* report, so that
+        one it stops reporting is removed; others' traits are kept.
+    """
+    policy = snapshot.policy
+    # Unresolved ratios: None where unconfigured, so Placement's value stands.
+    invs = ledger.inventories(snapshot.host, policy, resolve_ratios=False)
+    traits = ROOT_TRAITS | frozenset(driver_traits)
+    return Provider(
+        uuid=snapshot.node_uuid,
+        name=snapshot.hypervisor_hostname,
+        inventories=frozen_map(invs),
+        traits=traits,
+        managed_traits=traits | frozenset(managed_traits),
+        ratio_defaults=frozen_map(policy.initial_ratios),
+    )
+
+
+def desired_tree(snapshot, children=(), driver_traits=frozenset(), managed_traits=frozenset()):
+    """The desired provider tree: the root plus ``children`` providers."""
+    root = root_provider(snapshot, driver_traits, managed_traits)
+    return ProviderTree((root, *children))

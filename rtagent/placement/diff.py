@@ -1,0 +1,114 @@
+"""The pure difference between the desired tree and Placement's view.
+
+``diff(desired, view)`` returns the operations that make Placement hold what
+the agent wants, and nothing more: no operation when they already agree.
+Two ownership rules keep us from clobbering others:
+
+* traits: only ``managed_traits`` are added or removed; every other trait on
+  the provider (set by an operator or another service) is carried over;
+* allocation ratios: an inventory whose desired ratio is None keeps the ratio
+  Placement has (an operator may set it through the API), or takes the
+  provider's ``ratio_defaults`` when the inventory is new.
+
+Providers present in Placement but not desired are left alone.
+"""
+
+import dataclasses
+
+_INVENTORY_FIELDS = (
+    "total",
+    "reserved",
+    "min_unit",
+    "max_unit",
+    "step_size",
+    "allocation_ratio",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateProvider:
+    uuid: str
+    name: str
+    parent_uuid: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateProvider:
+    """Rename: the hypervisor hostname changed, the node's UUID did not."""
+
+    uuid: str
+    name: str
+    parent_uuid: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SetInventories:
+    uuid: str
+    inventories: dict  # resource class -> inventory dict, ratios resolved
+
+
+@dataclasses.dataclass(frozen=True)
+class SetTraits:
+    uuid: str
+    traits: frozenset
+
+
+def resolve_inventories(desired, current):
+    """Desired inventories as Placement dicts, with unmanaged ratios filled.
+
+    :param desired: the desired :class:`~rtagent.placement.tree.Provider`.
+    :param current: the provider as last seen in Placement, or None.
+    """
+    current_invs = current.inventories if current else {}
+    resolved = {}
+    for rc, inv in desired.inventories.items():
+        record = {f: getattr(inv, f) for f in _INVENTORY_FIELDS}
+        if record["allocation_ratio"] is None:
+            existing = current_invs.get(rc)
+            if existing is not None:
+                record["allocation_ratio"] = existing.allocation_ratio
+            else:
+                record["allocation_ratio"] = desired.ratio_defaults.get(rc, 1.0)
+        resolved[rc] = record
+    return resolved
+
+
+def merged_traits(desired, current_traits):
+    """The trait set to write: others' traits kept, ours as desired."""
+    foreign = current_traits - desired.managed_traits - desired.traits
+    return frozenset(foreign | desired.traits)
+
+
+def _inventory_records(provider):
+    return {
+        rc: {f: getattr(inv, f) for f in _INVENTORY_FIELDS}
+        for rc, inv in provider.inventories.items()
+    }
+
+
+def diff(desired, view):
+    """Operations that bring ``view`` (Placement) to ``desired``, in order.
+
+    :param desired: :class:`~rtagent.placement.tree.ProviderTree` wanted.
+    :param view: :class:`~rtagent.placement.tree.ProviderTree` last read.
+    :returns: a list of operations, parents before children.
+    """
+    ops = []
+    for want in desired:
+        have = view.get(want.uuid)
+        if have is None:
+            ops.append(CreateProvider(want.uuid, want.name, want.parent_uuid))
+            current_traits = frozenset()
+            current_invs = {}
+        else:
+            if (have.name, have.parent_uuid) != (want.name, want.parent_uuid):
+                ops.append(UpdateProvider(want.uuid, want.name, want.parent_uuid))
+            current_traits = have.traits
+            current_invs = _inventory_records(have)
+        invs = resolve_inventories(want, have)
+        if invs != current_invs:
+            ops.append(SetInventories(want.uuid, invs))
+        traits = merged_traits(want, current_traits)
+        if traits != current_traits:
+            ops.append(SetTraits(want.uuid, traits))
+    return ops

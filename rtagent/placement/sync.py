@@ -1,0 +1,200 @@
+"""Flush the desired provider tree to Placement, cheaply and safely.
+
+Each sync reads the tree's providers and their generations in ONE request
+(``GET /resource_providers?in_tree=ROOT``). A provider whose generation is the
+one we last saw is unchanged, so its cached inventories and traits are
+reused; only providers that moved are re-read. With nothing changed a sync
+costs one read and no write, whatever the size of the node.
+
+The diff is computed purely (:mod:`.diff`) and applied; the cached view is
+updated only from Placement's answers to successful writes. A generation
+conflict drops that provider from the cache, and the whole read-diff-write
+is retried under one :class:`~rtagent.placement.retry.RetryPolicy`.
+"""
+
+import dataclasses
+import logging
+import random
+import time
+
+from rtagent.placement import diff as diffmod
+from rtagent.placement import errors
+from rtagent.placement.retry import RetryPolicy
+from rtagent.placement.tree import Provider, ProviderTree
+from rtagent.tracker.model import Inventory, frozen_map
+
+LOG = logging.getLogger(__name__)
+
+# Inventories and traits are read by two requests; if someone writes between
+# them the generations differ and we read again, at most this many times.
+_CONSISTENT_READ_ATTEMPTS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncResult:
+    """What one sync did: attempts made and operations applied."""
+
+    attempts: int
+    operations: tuple
+
+
+class ProviderSync:
+    """Keeps Placement equal to the desired tree; holds the cached view.
+
+    Not thread-safe: one sync at a time (the audit loop's thread).
+    """
+
+    def __init__(self, client, policy=None, sleep=time.sleep, rng=random.random):
+        self._client = client
+        self._policy = policy or RetryPolicy()
+        self._sleep = sleep
+        self._rng = rng
+        self._view = ProviderTree()
+
+    @property
+    def view(self):
+        """The last-known Placement view (immutable)."""
+        return self._view
+
+    def invalidate(self, uuid=None):
+        """Forget the cached view of ``uuid`` (all providers if None)."""
+        self._view = ProviderTree() if uuid is None else self._view.without(uuid)
+
+    def placement_ratios(self, uuid):
+        """resource class -> allocation ratio Placement holds for ``uuid``."""
+        provider = self._view.get(uuid)
+        if provider is None:
+            return {}
+        return {rc: inv.allocation_ratio for rc, inv in provider.inventories.items()}
+
+    def sync(self, desired):
+        """Make Placement hold ``desired``.
+
+        :raises SyncConflictsExhausted: conflicts outlasted the policy.
+        :raises ProviderNameTaken: our root's name belongs to another UUID.
+        :raises PlacementUnavailable, PlacementRequestFailed: other failures;
+            the cached view is dropped so the next sync re-reads.
+        """
+        root = _root_uuid(desired)
+
+        def attempt(number):
+            self._refresh(root, desired)
+            ops = diffmod.diff(desired, self._view)
+            for op in ops:
+                self._apply(op, desired)
+            return SyncResult(attempts=number, operations=tuple(ops))
+
+        def on_conflict(exc, number):
+            # Nothing to forget by hand: the conflicting provider's generation
+            # has moved, so the next listing makes _refresh re-read it.
+            LOG.info("Placement generation conflict on attempt %d, re-reading: %s", number, exc)
+
+        def exhausted(exc, attempts):
+            return errors.SyncConflictsExhausted(root=root, attempts=attempts)
+
+        try:
+            result = self._policy.call(
+                attempt,
+                retry_on=errors.GenerationConflict,
+                on_retry=on_conflict,
+                exhausted=exhausted,
+                sleep=self._sleep,
+                rng=self._rng,
+            )
+        except errors.PlacementError:
+            # The outcome of the failed write is unknown: trust nothing cached.
+            self.invalidate()
+            raise
+        if result.operations:
+            LOG.info("Placement updated: %s", ", ".join(_describe(op) for op in result.operations))
+        return result
+
+    def _refresh(self, root, desired):
+        listed = self._client.list_tree(root)
+        view = []
+        for entry in listed:
+            uuid = entry["uuid"]
+            cached = self._view.get(uuid)
+            shell = Provider(
+                uuid=uuid,
+                name=entry["name"],
+                parent_uuid=entry.get("parent_provider_uuid"),
+                generation=entry["generation"],
+            )
+            if cached is not None and cached.generation == shell.generation:
+                view.append(cached.replace(name=shell.name, parent_uuid=shell.parent_uuid))
+            elif uuid in desired:
+                view.append(self._read_provider(shell))
+            else:
+                # In our tree but not ours (another service's child): its
+                # generation is enough; we never write to it.
+                view.append(shell)
+        self._view = ProviderTree(view)
+
+    def _read_provider(self, shell):
+        for _ in range(_CONSISTENT_READ_ATTEMPTS):
+            inv_gen, inventories = self._client.get_inventories(shell.uuid)
+            trait_gen, traits = self._client.get_traits(shell.uuid)
+            if inv_gen == trait_gen:
+                break
+        else:
+            # Still moving: a stale generation makes our next write conflict,
+            # which re-reads under the retry policy.
+            inv_gen = None
+        return shell.replace(
+            generation=inv_gen,
+            inventories=frozen_map({rc: _inventory(d) for rc, d in inventories.items()}),
+            traits=traits,
+        )
+
+    def _apply(self, op, desired):
+        view = self._view
+        if isinstance(op, diffmod.CreateProvider):
+            try:
+                generation = self._client.create_provider(op.uuid, op.name, op.parent_uuid)
+            except errors.ProviderNameConflict as exc:
+                raise errors.ProviderNameTaken(name=op.name, uuid=op.uuid) from exc
+            provider = Provider(op.uuid, op.name, op.parent_uuid, generation)
+        else:
+            current = view.get(op.uuid)
+            if isinstance(op, diffmod.UpdateProvider):
+                generation = self._client.update_provider(op.uuid, op.name, op.parent_uuid)
+                provider = current.replace(
+                    name=op.name, parent_uuid=op.parent_uuid, generation=generation
+                )
+            elif isinstance(op, diffmod.SetInventories):
+                generation = self._client.put_inventories(
+                    op.uuid, current.generation, op.inventories
+                )
+                provider = current.replace(
+                    generation=generation,
+                    inventories=frozen_map(
+                        {rc: _inventory(d) for rc, d in op.inventories.items()}
+                    ),
+                )
+            else:
+                generation = self._client.put_traits(op.uuid, current.generation, op.traits)
+                provider = current.replace(generation=generation, traits=op.traits)
+        self._view = view.with_provider(provider)
+
+
+def _root_uuid(tree):
+    roots = [p.uuid for p in tree if p.parent_uuid is None]
+    if len(roots) != 1:
+        raise ValueError(f"a desired tree needs exactly one root, got {len(roots)}")
+    return roots[0]
+
+
+def _inventory(record):
+    return Inventory(
+        total=record["total"],
+        reserved=record.get("reserved", 0),
+        min_unit=record.get("min_unit", 1),
+        max_unit=record.get("max_unit", record["total"]),
+        step_size=record.get("step_size", 1),
+        allocation_ratio=record.get("allocation_ratio", 1.0),
+    )
+
+
+def _describe(op):
+    return f"{type(op).__name__}({op.uuid})"

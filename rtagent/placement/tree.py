@@ -1,0 +1,83 @@
+"""Provider trees as pure, immutable data.
+
+The same types describe what the agent wants in Placement (the *desired*
+tree, generations None) and what it last saw there (the *view*, with
+generations). Nothing here does I/O; every "change" returns a new tree.
+"""
+
+import dataclasses
+
+from rtagent.tracker.model import frozen_map
+
+
+@dataclasses.dataclass(frozen=True)
+class Provider:
+    """One resource provider.
+
+    :param inventories: resource class -> :class:`rtagent.tracker.model.Inventory`.
+    :param managed_traits: (desired trees only) traits whose presence this
+        agent decides: absent from ``traits`` means remove. Any other trait
+        on the provider belongs to someone else and is left alone.
+    :param ratio_defaults: (desired trees only) resource class -> ratio for
+        an inventory whose ``allocation_ratio`` is None when Placement has
+        no value yet (the ``initial_*_allocation_ratio`` options).
+    """
+
+    uuid: str
+    name: str
+    parent_uuid: str | None = None
+    generation: int | None = None
+    inventories: object = dataclasses.field(default_factory=lambda: frozen_map({}))
+    traits: frozenset = frozenset()
+    managed_traits: frozenset = frozenset()
+    ratio_defaults: object = dataclasses.field(default_factory=lambda: frozen_map({}))
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+class ProviderTree:
+    """An immutable set of providers, iterated parents before children."""
+
+    def __init__(self, providers=()):
+        self._by_uuid = {p.uuid: p for p in providers}
+
+    def get(self, uuid):
+        return self._by_uuid.get(uuid)
+
+    def __contains__(self, uuid):
+        return uuid in self._by_uuid
+
+    def __len__(self):
+        return len(self._by_uuid)
+
+    def __iter__(self):
+        """Providers ordered so that a parent always precedes its children."""
+        done, ordered = set(), []
+
+        def visit(provider):
+            if provider.uuid in done:
+                return
+            parent = self._by_uuid.get(provider.parent_uuid)
+            if parent is not None:
+                visit(parent)
+            done.add(provider.uuid)
+            ordered.append(provider)
+
+        for uuid in sorted(self._by_uuid):
+            visit(self._by_uuid[uuid])
+        return iter(ordered)
+
+    def with_provider(self, provider):
+        """A copy with ``provider`` added or replaced."""
+        providers = dict(self._by_uuid)
+        providers[provider.uuid] = provider
+        return ProviderTree(providers.values())
+
+    def without(self, uuid):
+        """A copy without ``uuid`` (no-op if absent)."""
+        return ProviderTree(p for u, p in self._by_uuid.items() if u != uuid)
+
+    def generations(self):
+        """uuid -> generation, for change detection."""
+        return {u: p.generation for u, p in self._by_uuid.items()}

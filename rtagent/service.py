@@ -1,0 +1,95 @@
+"""Assemble an agent from configuration: the only place that reads conf.
+
+Everything below this module receives plain values (a policy, a URI, an
+adapter), never the ConfigOpts object.
+"""
+
+import logging
+import os
+
+from keystoneauth1 import loading as ks_loading
+
+from rtagent.agent import Agent
+from rtagent.conf import placement as placement_conf
+from rtagent.placement.client import MICROVERSION, PlacementClient
+from rtagent.placement.retry import RetryPolicy
+from rtagent.placement.sync import ProviderSync
+from rtagent.tracker import identity
+from rtagent.tracker.ledger import ResourcePolicy
+from rtagent.tracker.model import DISK_GB, MEMORY_MB, VCPU, frozen_map
+from rtagent.tracker.store import Store
+from rtagent.tracker.tracker import Tracker
+
+LOG = logging.getLogger(__name__)
+
+
+def policy_from_conf(conf):
+    """The :class:`ResourcePolicy` that ``conf`` describes."""
+    return ResourcePolicy(
+        reserved_host_cpus=conf.reserved_host_cpus,
+        reserved_host_memory_mb=conf.reserved_host_memory_mb,
+        reserved_host_disk_mb=conf.reserved_host_disk_mb,
+        ratios=frozen_map(
+            {
+                VCPU: conf.cpu_allocation_ratio,
+                MEMORY_MB: conf.ram_allocation_ratio,
+                DISK_GB: conf.disk_allocation_ratio,
+            }
+        ),
+        initial_ratios=frozen_map(
+            {
+                VCPU: conf.initial_cpu_allocation_ratio,
+                MEMORY_MB: conf.initial_ram_allocation_ratio,
+                DISK_GB: conf.initial_disk_allocation_ratio,
+            }
+        ),
+    )
+
+
+def retry_policy_from_conf(conf):
+    return RetryPolicy(
+        max_attempts=conf.rtagent.sync_max_attempts,
+        base_delay=conf.rtagent.sync_retry_delay,
+    )
+
+
+def placement_adapter(conf):
+    """A keystoneauth1 Adapter for Placement from the [placement] options."""
+    group = placement_conf.GROUP.name
+    auth = ks_loading.load_auth_from_conf_options(conf, group)
+    session = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
+    return ks_loading.load_adapter_from_conf_options(
+        conf, group, session=session, auth=auth, default_microversion=MICROVERSION
+    )
+
+
+def libvirt_driver(conf):
+    # Imported here so that tools which never touch the hypervisor (the
+    # config generator, unit tests of the core) do not need libvirt.
+    from rtagent.virt.libvirt.driver import LibvirtDriver
+
+    instances_path = conf.libvirt.instances_path
+    os.makedirs(instances_path, mode=0o755, exist_ok=True)
+    return LibvirtDriver(conf.libvirt.connection_uri, instances_path)
+
+
+def build_agent(conf, driver=None, adapter=None, observer=None):
+    """Build an :class:`Agent` from a validated ``conf``.
+
+    ``driver`` and ``adapter`` replace the configured ones (tests, demo).
+
+    :raises rtagent.tracker.errors.StateError, NodeIdentityError: the state
+        directory or the identity file is unusable.
+    """
+    store = Store(conf.state_path)
+    try:
+        node_uuid = identity.load_or_create(conf.state_path, store)
+        tracker = Tracker(node_uuid, store, policy_from_conf(conf))
+        client = PlacementClient(adapter or placement_adapter(conf), observer)
+        sync = ProviderSync(client, retry_policy_from_conf(conf))
+        driver = driver or libvirt_driver(conf)
+    except BaseException:
+        store.close()
+        raise
+    LOG.info("Node %s: state in %s", node_uuid, conf.state_path)
+    return Agent(driver, tracker, sync, store=store)

@@ -1,0 +1,61 @@
+"""Errors raised by the tracker. Codes are stable: never change them."""
+
+from rtagent import exception
+
+
+class TrackerError(exception.RtagentError):
+    code = "tracker.error"
+    msg_fmt = "Tracker error."
+
+
+class ComputeResourcesUnavailable(TrackerError):
+    """A claim does not fit. Nothing was changed.
+
+    ``reasons`` lists one human-readable line per resource that did not fit.
+    """
+
+    code = "tracker.compute_resources_unavailable"
+    msg_fmt = "Claim for instance {instance_uuid} refused: {summary}"
+
+    def __init__(self, instance_uuid, reasons):
+        self.instance_uuid = instance_uuid
+        self.reasons = tuple(reasons)
+        super().__init__(instance_uuid=instance_uuid, summary="; ".join(self.reasons))
+
+
+class NodeNotReady(TrackerError):
+    """Claims cannot be checked before the first successful host audit."""
+
+    code = "tracker.node_not_ready"
+    msg_fmt = "Node {node} has not been audited yet; claims are refused until it is."
+
+
+class InvalidClaimRequest(TrackerError):
+    """A claim request is malformed (bad UUID, negative sizes, unknown limit)."""
+
+    code = "tracker.invalid_claim_request"
+    msg_fmt = "Invalid claim request: {reason}"
+
+
+class InstanceClaimConflict(TrackerError):
+    """The instance already holds a claim for different resources."""
+
+    code = "tracker.instance_claim_conflict"
+    msg_fmt = (
+        "Instance {instance_uuid} already holds a claim for {existing}; "
+        "a claim for {requested} was refused. Abort the existing claim first."
+    )
+
+
+class StateError(TrackerError):
+    """The durable state cannot be read or written."""
+
+    code = "tracker.state_error"
+    msg_fmt = "State store {path}: {reason}"
+
+
+class NodeIdentityError(TrackerError):
+    """The node identity file is unusable; the operator must act."""
+
+    code = "tracker.node_identity_error"
+    msg_fmt = "Node identity {path}: {reason}"

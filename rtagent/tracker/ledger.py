@@ -1,0 +1,184 @@
+"""Usage and fit as pure functions of host, policy and tracked instances.
+
+No locks, no I/O, no clocks: every function here takes values and returns
+values, so the tests are plain tables and the tracker can compute a whole
+new state before it commits any of it.
+"""
+
+import dataclasses
+import math
+import types
+
+from rtagent.tracker import errors
+from rtagent.tracker.model import (
+    DISK_GB,
+    LIMIT_KEYS,
+    MEMORY_MB,
+    STANDARD_CLASSES,
+    VCPU,
+    Inventory,
+    frozen_map,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourcePolicy:
+    """Reserved amounts and allocation ratios, as configured.
+
+    :param ratios: resource class -> configured ratio, or None when the
+        operator left it unset (then Placement's value is respected).
+    :param initial_ratios: resource class -> ratio used when an inventory is
+        first created and no ratio is configured.
+    """
+
+    reserved_host_cpus: int = 0
+    reserved_host_memory_mb: int = 512
+    reserved_host_disk_mb: int = 0
+    ratios: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
+    initial_ratios: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: frozen_map({VCPU: 4.0, MEMORY_MB: 1.0, DISK_GB: 1.0})
+    )
+
+    def reserved(self, rc):
+        if rc == VCPU:
+            return self.reserved_host_cpus
+        if rc == MEMORY_MB:
+            return self.reserved_host_memory_mb
+        if rc == DISK_GB:
+            # Placement counts disk in whole GiB; nova rounds the reservation up.
+            return math.ceil(self.reserved_host_disk_mb / 1024)
+        return 0
+
+    def managed_ratio(self, rc):
+        """The configured ratio of ``rc``, or None when unset."""
+        return self.ratios.get(rc)
+
+    def effective_ratio(self, rc, placement_ratio=None):
+        """The ratio claims are checked with: configured, else Placement's
+        (an operator may have set it through the API), else the initial one."""
+        configured = self.ratios.get(rc)
+        if configured is not None:
+            return configured
+        if placement_ratio is not None:
+            return placement_ratio
+        return self.initial_ratios.get(rc, 1.0)
+
+
+def host_totals(host):
+    """Resource class -> total the host offers (0 when absent)."""
+    return {VCPU: host.vcpus, MEMORY_MB: host.memory_mb, DISK_GB: host.local_gb}
+
+
+def inventories(host, policy, placement_ratios=None, resolve_ratios=True):
+    """Inventories of the standard classes for ``host``.
+
+    A class with total 0 is left out: Placement refuses an inventory whose
+    total is below 1. A reservation larger than the total is clamped to the
+    total (capacity 0) rather than sent, which Placement would reject.
+
+    :param placement_ratios: resource class -> ratio currently in Placement.
+    :param resolve_ratios: True for the ratios claims are checked with;
+        False for the desired Placement view, where an unmanaged ratio is
+        None (keep Placement's).
+    :returns: dict of resource class -> :class:`Inventory`.
+    """
+    placement_ratios = placement_ratios or {}
+    result = {}
+    for rc, total in host_totals(host).items():
+        if total < 1:
+            continue
+        if resolve_ratios:
+            ratio = policy.effective_ratio(rc, placement_ratios.get(rc))
+        else:
+            ratio = policy.managed_ratio(rc)
+        result[rc] = Inventory(
+            total=total,
+            reserved=min(policy.reserved(rc), total),
+            min_unit=1,
+            max_unit=total,
+            step_size=1,
+            allocation_ratio=ratio,
+        )
+    return result
+
+
+def requested_resources(flavor, volume_backed=False):
+    """What an instance of ``flavor`` takes from the node.
+
+    A volume-backed instance's root disk lives on the volume service, not on
+    the host, so it uses no local root disk. Swap (MiB) counts as disk,
+    rounded up to GiB as nova does.
+    """
+    disk = (0 if volume_backed else flavor.root_gb) + flavor.ephemeral_gb
+    disk += math.ceil(flavor.swap_mb / 1024)
+    requested = {VCPU: flavor.vcpus, MEMORY_MB: flavor.memory_mb, DISK_GB: disk}
+    return {rc: amount for rc, amount in requested.items() if amount > 0}
+
+
+def usage(instances):
+    """Resource class -> total amount held by ``instances``."""
+    used = dict.fromkeys(STANDARD_CLASSES, 0)
+    for instance in instances:
+        for rc, amount in instance.resources.items():
+            used[rc] = used.get(rc, 0) + amount
+    return used
+
+
+def check_limits(limits):
+    """Validate a scheduler ``limits`` dict; return resource class -> limit.
+
+    :raises InvalidClaimRequest: unknown key or a negative / non-numeric limit.
+    """
+    result = {}
+    for key, value in (limits or {}).items():
+        if key not in LIMIT_KEYS:
+            raise errors.InvalidClaimRequest(reason=f"unknown limit {key!r}")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise errors.InvalidClaimRequest(reason=f"limit {key} must be >= 0, got {value!r}")
+        result[LIMIT_KEYS[key]] = value
+    return result
+
+
+def refusals(inventories, used, requested, limits=None):
+    """Why ``requested`` does not fit; an empty list when it fits.
+
+    The checks are Placement's (capacity = (total - reserved) x ratio,
+    min_unit, max_unit, step_size) plus the scheduler's optional limits on
+    total use, which nova passes with each build request.
+
+    :param limits: resource class -> maximum total use (from
+        :func:`check_limits`).
+    """
+    reasons = []
+    limits = limits or {}
+    for rc, amount in sorted(requested.items()):
+        inv = inventories.get(rc)
+        if inv is None:
+            reasons.append(f"{rc}: requested {amount}, the node has no {rc} inventory")
+            continue
+        in_use = used.get(rc, 0)
+        if amount < inv.min_unit or amount > inv.max_unit:
+            reasons.append(
+                f"{rc}: requested {amount}, outside the unit bounds "
+                f"[{inv.min_unit}, {inv.max_unit}]"
+            )
+        elif amount % inv.step_size:
+            reasons.append(f"{rc}: requested {amount}, not a multiple of {inv.step_size}")
+        if in_use + amount > inv.capacity:
+            reasons.append(
+                f"{rc}: requested {amount}, free {_fmt(inv.capacity - in_use)} "
+                f"of capacity {_fmt(inv.capacity)}"
+            )
+        limit = limits.get(rc)
+        if limit is not None and in_use + amount > limit:
+            reasons.append(
+                f"{rc}: requested {amount}, free {_fmt(limit - in_use)} "
+                f"under the scheduler limit {_fmt(limit)}"
+            )
+    return reasons
+
+
+def _fmt(number):
+    return f"{number:g}" if isinstance(number, float) else str(number)

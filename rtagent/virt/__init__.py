@@ -1,0 +1,1 @@
+"""Host drivers: what the hypervisor has and runs, read without side effects."""

@@ -1,0 +1,24 @@
+"""The host-driver interface the agent audits through.
+
+A driver reads; it never changes the host. ``read_host`` is called outside the
+tracker lock, once per audit, and must cost the hypervisor a bounded number of
+calls whatever the number of domains.
+"""
+
+import abc
+
+
+class HostDriver(abc.ABC):
+    """Reads the host's resources and domains."""
+
+    @abc.abstractmethod
+    def read_host(self):
+        """Return a :class:`rtagent.virt.host.HostView` for this host.
+
+        :raises rtagent.virt.errors.HypervisorUnavailable: the hypervisor
+            could not be reached; the caller keeps its previous view.
+        :raises rtagent.virt.errors.HostReadError: a fact could not be read.
+        """
+
+    def close(self):
+        """Release connections. Safe to call more than once."""

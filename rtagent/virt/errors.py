@@ -1,0 +1,27 @@
+"""Errors raised by host drivers."""
+
+from rtagent import exception
+
+
+class VirtError(exception.RtagentError):
+    code = "virt.error"
+    msg_fmt = "Host driver error."
+
+
+class HypervisorUnavailable(VirtError):
+    """The hypervisor cannot be reached (connection refused, lost, closed)."""
+
+    code = "virt.hypervisor_unavailable"
+    msg_fmt = "Hypervisor at {uri} is unavailable: {reason}"
+
+
+class InvalidConnectionURI(VirtError):
+    code = "virt.invalid_connection_uri"
+    msg_fmt = "Invalid libvirt connection URI {uri!r}: {reason}"
+
+
+class HostReadError(VirtError):
+    """The hypervisor answered, but a fact could not be read or parsed."""
+
+    code = "virt.host_read_error"
+    msg_fmt = "Could not read {what} from the host: {reason}"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Prepare a fresh Debian 12 machine for rtagent: the system packages that
+# libvirt-python compiles against, then a virtualenv at .venv with the project
+# and its test extras. Idempotent: a second run only checks.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+venv=${RTAGENT_VENV:-$top/.venv}
+python=${PYTHON:-python3}
+
+need_apt=()
+for pkg in libvirt-dev pkg-config gcc; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+        || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "setup: installing system packages: ${need_apt[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup: need root to install ${need_apt[*]} (or install them first)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+stamp=$venv/.rtagent-installed
+if [ ! -x "$venv/bin/python" ]; then
+    echo "setup: creating virtualenv $venv"
+    "$python" -m venv "$venv"
+fi
+if [ ! -f "$stamp" ] || [ "$top/pyproject.toml" -nt "$stamp" ]; then
+    echo "setup: installing rtagent and its test extras into $venv"
+    "$venv/bin/pip" install -q --upgrade pip
+    "$venv/bin/pip" install -q -e "$top[test]"
+    touch "$stamp"
+fi
