@@ -15,7 +15,8 @@ SERVICE_TYPE = "placement"
 
 
 def register_opts(conf):
-    conf.register_group(GROUP)
+    # A fresh OptGroup per ConfigOpts (an OptGroup holds option state).
+    conf.register_group(cfg.OptGroup(GROUP.name, title=GROUP.title))
     ks_loading.register_session_conf_options(conf, GROUP.name)
     ks_loading.register_auth_conf_options(conf, GROUP.name)
     ks_loading.register_adapter_conf_options(conf, GROUP.name, include_deprecated=False)

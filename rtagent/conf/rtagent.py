@@ -31,8 +31,10 @@ ALL_OPTS = [
 
 
 def register_opts(conf):
-    conf.register_group(GROUP)
-    conf.register_opts(ALL_OPTS, group=GROUP)
+    # A fresh OptGroup per ConfigOpts: an OptGroup holds its options' values
+    # and overrides, so sharing the module's one would leak between configs.
+    conf.register_group(cfg.OptGroup(GROUP.name, title=GROUP.title))
+    conf.register_opts(ALL_OPTS, group=GROUP.name)
 
 
 def list_opts():

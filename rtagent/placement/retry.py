@@ -30,7 +30,9 @@ class RetryPolicy:
         """Pause (seconds) after failed attempt number ``attempt`` (1-based)."""
         return rng() * min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
 
-    def call(self, fn, retry_on, on_retry=None, exhausted=None, sleep=time.sleep, rng=random.random):
+    def call(
+        self, fn, retry_on, *, on_retry=None, exhausted=None, sleep=time.sleep, rng=random.random
+    ):
         """Run ``fn(attempt)`` until it returns or attempts run out.
 
         :param retry_on: exception class(es) worth another attempt.

@@ -168,9 +168,7 @@ class ProviderSync:
                 )
                 provider = current.replace(
                     generation=generation,
-                    inventories=frozen_map(
-                        {rc: _inventory(d) for rc, d in op.inventories.items()}
-                    ),
+                    inventories=frozen_map({rc: _inventory(d) for rc, d in op.inventories.items()}),
                 )
             else:
                 generation = self._client.put_traits(op.uuid, current.generation, op.traits)

@@ -80,9 +80,7 @@ class Tracker:
 
     def _recompute_inventories(self):
         if self._host is not None:
-            self._inventories = ledger.inventories(
-                self._host, self._policy, self._placement_ratios
-            )
+            self._inventories = ledger.inventories(self._host, self._policy, self._placement_ratios)
 
     def instance_claim(self, instance_uuid, flavor, limits=None, volume_backed=False):
         """Claim ``flavor``'s resources for an instance; durable on return.

@@ -20,5 +20,5 @@ class HostDriver(abc.ABC):
         :raises rtagent.virt.errors.HostReadError: a fact could not be read.
         """
 
-    def close(self):
+    def close(self):  # noqa: B027 - optional hook; drivers without connections keep it
         """Release connections. Safe to call more than once."""

@@ -1,0 +1,90 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""Domains probe: the guests on the host, from one bulk stats call.
+
+The driver calls ``getAllDomainStats`` once for state, vCPU and balloon
+stats of every domain. A real QEMU daemon fills all of them, for running and
+shut-off domains alike. Drivers that lack the vCPU or balloon groups (the
+libvirt *test* driver returns only ``state.*``) make the driver fall back to
+one ``dom.info()`` per domain; :func:`needs_info` says when.
+"""
+
+from rtagent.virt import errors, host
+
+STATE = "state.state"
+VCPUS = "vcpu.current"
+BALLOON_CURRENT = "balloon.current"
+BALLOON_MAXIMUM = "balloon.maximum"
+
+# dom.info() is [state, max memory KiB, memory KiB, vcpus, cpu time ns].
+_INFO_STATE = 0
+_INFO_MEMORY_KIB = 2
+_INFO_VCPUS = 3
+_INFO_LEN = 4
+_KIB_PER_MIB = 1024
+
+
+def needs_info(stats):
+    """Tell whether a domain's stats lack a value only ``dom.info()`` has.
+
+    :param stats: the domain's dict from ``getAllDomainStats``.
+    :returns: True if state, vCPUs or memory is missing.
+    """
+    return (
+        STATE not in stats
+        or VCPUS not in stats
+        or (BALLOON_CURRENT not in stats and BALLOON_MAXIMUM not in stats)
+    )
+
+
+def domain(uuid, name, stats, info=None):
+    """Build one :class:`~rtagent.virt.host.DomainInfo`.
+
+    Stats win over ``info`` when both have a value. Memory is the balloon's
+    current size (what the guest holds now), else its maximum; KiB are
+    rounded up to MiB so usage is never under-counted.
+
+    :param uuid: ``dom.UUIDString()``.
+    :param name: ``dom.name()``.
+    :param stats: the domain's dict from ``getAllDomainStats``.
+    :param info: ``dom.info()``, or None when the stats were complete.
+    :returns: a ``DomainInfo`` (memory in MiB).
+    :raises rtagent.virt.errors.HostReadError: a value is in neither source.
+    """
+    if info is not None and len(info) < _INFO_LEN:
+        raise errors.HostReadError(what=f"info of domain {uuid}", reason=f"got {info!r}")
+    state = stats.get(STATE)
+    vcpus = stats.get(VCPUS)
+    memory_kib = stats.get(BALLOON_CURRENT, stats.get(BALLOON_MAXIMUM))
+    if info is not None:
+        state = info[_INFO_STATE] if state is None else state
+        vcpus = info[_INFO_VCPUS] if vcpus is None else vcpus
+        memory_kib = info[_INFO_MEMORY_KIB] if memory_kib is None else memory_kib
+    missing = [
+        what
+        for what, value in (("state", state), ("vcpus", vcpus), ("memory", memory_kib))
+        if value is None
+    ]
+    if missing:
+        raise errors.HostReadError(
+            what=f"domain {uuid} ({name})", reason=f"no {', '.join(missing)} in stats or info"
+        )
+    return host.DomainInfo(
+        uuid=uuid,
+        name=name,
+        state=int(state),
+        vcpus=int(vcpus),
+        memory_mb=-(-int(memory_kib) // _KIB_PER_MIB),
+    )
+
+
+def domains(records):
+    """Build the host's domain list.
+
+    :param records: iterable of ``(uuid, name, stats, info)`` as taken by
+        :func:`domain`.
+    :returns: a tuple of ``DomainInfo`` sorted by UUID.
+    :raises rtagent.virt.errors.HostReadError: as :func:`domain`.
+    """
+    return tuple(sorted((domain(*record) for record in records), key=lambda d: d.uuid))

@@ -1,0 +1,104 @@
+"""Fixtures over real parts: Placement's own in-process fixture and the
+libvirt test driver with the demo host in etc/."""
+
+import os
+import warnings
+
+import pytest
+from keystoneauth1 import adapter as ks_adapter
+from keystoneauth1 import session as ks_session
+from keystoneauth1.loading import get_plugin_loader
+
+from rtagent import conf as rtconf
+from rtagent import service
+from rtagent.placement.client import MICROVERSION, RequestObserver
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO_HOST_XML = os.path.join(ROOT, "etc", "rtagent", "demo-host.xml")
+DEMO_URI = "test:///" + DEMO_HOST_XML
+
+
+def make_adapter(endpoint):
+    auth = get_plugin_loader("admin_token").load_from_options(endpoint=endpoint, token="admin")
+    return ks_adapter.Adapter(
+        ks_session.Session(auth=auth),
+        service_type="placement",
+        default_microversion=MICROVERSION,
+        raise_exc=False,
+    )
+
+
+@pytest.fixture
+def placement():
+    """Placement's own functional fixture: the real app over a fresh
+    in-memory database, reached through wsgi-intercept."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from placement.tests.functional.fixtures.placement import PlacementFixture
+
+    fx = PlacementFixture(token="admin")
+    fx.setUp()
+    try:
+        yield fx
+    finally:
+        fx.cleanUp()
+
+
+@pytest.fixture
+def operator(placement):
+    """Another writer (an operator, another service) on the same Placement."""
+    return make_adapter(placement.endpoint)
+
+
+class Recorder(RequestObserver):
+    """Counts requests and runs an optional hook just before each one."""
+
+    def __init__(self):
+        self.requests = []
+        self.hook = None
+
+    def before(self, method, url):
+        if self.hook is not None:
+            self.hook(method, url)
+
+    def after(self, method, url, status, seconds):
+        self.requests.append((method, url, status))
+
+    def reset(self):
+        self.requests = []
+
+    def count(self, method=None):
+        return sum(1 for m, _, _ in self.requests if method in (None, m))
+
+
+@pytest.fixture
+def make_conf(tmp_path):
+    def make(**overrides):
+        conf = rtconf.new_conf()
+        conf([], project="rtagent", default_config_files=[])
+        conf.set_override("state_path", str(tmp_path / "state"))
+        conf.set_override("connection_uri", DEMO_URI, group="libvirt")
+        conf.set_override("instances_path", str(tmp_path / "instances"), group="libvirt")
+        for name, value in overrides.items():
+            group, _, opt = name.rpartition("__")
+            conf.set_override(opt, value, group=group or None)
+        return conf
+
+    return make
+
+
+@pytest.fixture
+def make_agent(placement, make_conf):
+    """Build agents the way the service does, against the fixture."""
+    agents = []
+
+    def make(conf=None, observer=None):
+        agent = service.build_agent(
+            conf or make_conf(), adapter=make_adapter(placement.endpoint), observer=observer
+        )
+        agents.append(agent)
+        return agent
+
+    yield make
+    for agent in agents:
+        agent.close()

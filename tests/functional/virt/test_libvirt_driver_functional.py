@@ -1,0 +1,191 @@
+"""LibvirtDriver against libvirt's test driver (real libvirt, no daemon)."""
+
+import os
+import pathlib
+import socket
+import time
+
+import libvirt
+import pytest
+
+from rtagent.virt import errors, host
+from rtagent.virt.libvirt import LibvirtDriver
+
+pytestmark = pytest.mark.functional
+
+DEMO_XML = pathlib.Path(__file__).resolve().parents[3] / "etc" / "rtagent" / "demo-host.xml"
+DEMO_URI = f"test://{DEMO_XML}"
+GIB = 2**30
+
+# (uuid, name, state, vcpus, memory MiB), as written in demo-host.xml.
+DEMO_DOMAINS = [
+    ("1a6e0c3e-0000-4000-8000-000000000001", "web-1", host.DOMAIN_RUNNING, 2, 2048),
+    ("1a6e0c3e-0000-4000-8000-000000000002", "db-1", host.DOMAIN_RUNNING, 4, 4096),
+    ("1a6e0c3e-0000-4000-8000-000000000003", "batch-1", host.DOMAIN_PAUSED, 1, 1024),
+    ("1a6e0c3e-0000-4000-8000-000000000004", "old-1", host.DOMAIN_SHUTOFF, 2, 512),
+]
+# The test driver answers getCPUMap with the same fixed map for every host:
+# 8 CPUs of which 0, 2 and 4 are online. It ignores the <cpu> element, which
+# only feeds getInfo (16 CPUs for the demo host).
+TEST_DRIVER_ONLINE_CPUS = 3
+
+
+def fixed_statvfs(path):
+    # 200 GiB, 150 GiB free.
+    return os.statvfs_result(
+        (4096, 4096, 200 * GIB // 4096, 150 * GIB // 4096, 150 * GIB // 4096, 0, 0, 0, 0, 255)
+    )
+
+
+@pytest.fixture
+def demo(tmp_path):
+    driver = LibvirtDriver(DEMO_URI, str(tmp_path), statvfs=fixed_statvfs)
+    yield driver
+    driver.close()
+
+
+def short(name):
+    return name.split(".")[0]
+
+
+def test_demo_host(demo):
+    view = demo.read_host()
+    assert view.vcpus == TEST_DRIVER_ONLINE_CPUS
+    assert view.memory_mb == 32 * 1024
+    assert (view.local_gb, view.local_gb_used) == (200, 50)
+    assert (view.hypervisor_type, view.hypervisor_version) == ("TEST", 2)
+    # The test driver reports the machine's own hostname.
+    assert short(view.hypervisor_hostname) == short(socket.gethostname())
+    got = [(d.uuid, d.name, d.state, d.vcpus, d.memory_mb) for d in view.domains]
+    assert got == DEMO_DOMAINS
+    assert [d.state_name for d in view.domains] == ["running", "running", "paused", "shutoff"]
+
+
+def test_demo_host_getinfo_reports_the_cpu_element():
+    # What the XML says, as a cross-check that the file is the one loaded.
+    conn = libvirt.openReadOnly(DEMO_URI)
+    try:
+        assert conn.getInfo() == ["x86_64", 32768, 16, 2400, 1, 2, 4, 2]
+        assert conn.getCPUMap() == (8, [True, False, True, False, True, False, False, False], 3)
+    finally:
+        conn.close()
+
+
+def test_connection_is_reused_and_calls_are_counted(demo):
+    demo.read_host()
+    # Open + 6 calls + one dom.info() per domain: the test driver's stats
+    # carry only the state.
+    assert demo.last_call_count == 1 + 6 + len(DEMO_DOMAINS)
+    for _ in range(3):
+        demo.read_host()
+    assert demo.last_call_count == 6 + len(DEMO_DOMAINS)
+    assert demo.connection_opens == 1
+
+
+def test_close_then_read_reopens(demo):
+    demo.read_host()
+    demo.close()
+    demo.close()
+    assert len(demo.read_host().domains) == 4
+    assert demo.connection_opens == 2
+
+
+def test_default_test_host(tmp_path):
+    driver = LibvirtDriver("test:///default", str(tmp_path), statvfs=fixed_statvfs)
+    try:
+        view = driver.read_host()
+    finally:
+        driver.close()
+    assert view.vcpus == TEST_DRIVER_ONLINE_CPUS
+    assert view.memory_mb == 3072
+    assert view.hypervisor_type == "TEST"
+    assert view.domains == (
+        host.DomainInfo(
+            uuid="6695eb01-f6a4-8304-79aa-97f2502e193f",
+            name="test",
+            state=host.DOMAIN_RUNNING,
+            vcpus=2,
+            memory_mb=2048,
+        ),
+    )
+
+
+def test_unreachable_hypervisor_fails_fast_then_a_good_uri_works(tmp_path):
+    bad = LibvirtDriver("qemu+tcp://127.0.0.1:1/system", str(tmp_path))
+    start = time.monotonic()
+    with pytest.raises(errors.HypervisorUnavailable) as info:
+        bad.read_host()
+    assert time.monotonic() - start < 2
+    assert "Connection refused" in str(info.value)
+    assert "qemu+tcp://127.0.0.1:1/system" in str(info.value)
+    # Still unavailable, and still an error, on the next audit.
+    with pytest.raises(errors.HypervisorUnavailable):
+        bad.read_host()
+    bad.close()
+
+    good = LibvirtDriver(DEMO_URI, str(tmp_path))
+    try:
+        assert len(good.read_host().domains) == 4
+    finally:
+        good.close()
+
+
+def test_connection_broken_under_the_driver_is_reopened(tmp_path):
+    opened = []
+
+    def opener(uri):
+        conn = libvirt.openReadOnly(uri)
+        opened.append(conn)
+        return conn
+
+    driver = LibvirtDriver(DEMO_URI, str(tmp_path), statvfs=fixed_statvfs, opener=opener)
+    try:
+        driver.read_host()
+        opened[0].close()  # as if libvirtd went away: VIR_ERR_INVALID_CONN
+        with pytest.raises(errors.HypervisorUnavailable):
+            driver.read_host()
+        assert driver.read_host().memory_mb == 32768
+        assert len(opened) == 2
+    finally:
+        driver.close()
+
+
+def test_real_statvfs_of_instances_path(tmp_path):
+    driver = LibvirtDriver(DEMO_URI, str(tmp_path))
+    try:
+        view = driver.read_host()
+    finally:
+        driver.close()
+    st = os.statvfs(tmp_path)
+    assert view.local_gb == st.f_frsize * st.f_blocks // GIB
+    assert view.local_gb_used >= 0
+
+
+def test_missing_instances_path(tmp_path):
+    missing = tmp_path / "not-there"
+    driver = LibvirtDriver(DEMO_URI, str(missing))
+    try:
+        with pytest.raises(errors.HostReadError) as info:
+            driver.read_host()
+    finally:
+        driver.close()
+    assert str(missing) in str(info.value)
+    assert info.value.code == "virt.host_read_error"
+
+
+def test_each_connection_to_a_file_host_has_private_state(tmp_path):
+    # Defining a domain on one connection does not show up on another, so
+    # tests using demo-host.xml cannot disturb each other.
+    conn = libvirt.open(DEMO_URI)
+    try:
+        conn.defineXML(
+            "<domain type='test'><name>extra</name><memory>1024</memory>"
+            "<os><type>hvm</type></os></domain>"
+        )
+        driver = LibvirtDriver(DEMO_URI, str(tmp_path), statvfs=fixed_statvfs)
+        try:
+            assert "extra" not in {d.name for d in driver.read_host().domains}
+        finally:
+            driver.close()
+    finally:
+        conn.close()

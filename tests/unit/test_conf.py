@@ -1,0 +1,83 @@
+"""Configuration validation: one clear error naming the option."""
+
+import pytest
+
+from rtagent import conf as rtconf
+from rtagent.conf import opts, validation
+from rtagent.virt.libvirt.uri import validate_uri
+
+
+def load(tmp_path, text):
+    path = tmp_path / "rtagent.conf"
+    path.write_text(text)
+    conf = rtconf.new_conf()
+    conf(["--config-file", str(path)], project="rtagent", default_config_files=[])
+    return conf
+
+
+def test_defaults_are_valid_and_match_nova(tmp_path):
+    conf = load(tmp_path, f"[DEFAULT]\nstate_path = {tmp_path}/state\n")
+    validation.validate(conf, uri_validator=validate_uri)
+    assert conf.reserved_host_memory_mb == 512
+    assert conf.cpu_allocation_ratio is None
+    assert (
+        conf.initial_cpu_allocation_ratio,
+        conf.initial_ram_allocation_ratio,
+        conf.initial_disk_allocation_ratio,
+    ) == (4.0, 1.0, 1.0)
+    assert conf.libvirt.instances_path == f"{tmp_path}/state/instances"
+    assert conf.rtagent.audit_interval == 60
+    assert conf.placement.service_type == "placement"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "[DEFAULT]\ncpu_allocation_ratio = -1.0\n",
+            "[DEFAULT] cpu_allocation_ratio: invalid value",
+        ),
+        (
+            "[DEFAULT]\nram_allocation_ratio = 0\n",
+            "[DEFAULT] ram_allocation_ratio: 0.0 must be > 0",
+        ),
+        (
+            "[DEFAULT]\ninitial_disk_allocation_ratio = x\n",
+            "[DEFAULT] initial_disk_allocation_ratio",
+        ),
+        ("[DEFAULT]\nreserved_host_cpus = -2\n", "[DEFAULT] reserved_host_cpus: invalid value"),
+        ("[rtagent]\naudit_interval = 0\n", "[rtagent] audit_interval: invalid value"),
+        ("[libvirt]\nconnection_uri = qemu//system\n", "[libvirt] connection_uri:"),
+        ("[libvirt]\nconnection_uri = not a uri\n", "[libvirt] connection_uri:"),
+        (
+            "[DEFAULT]\nstate_path = relative/dir\n",
+            "[DEFAULT] state_path: relative/dir: must be an absolute",
+        ),
+        (
+            "[DEFAULT]\nstate_path = /etc/hostname/state\n",
+            "[DEFAULT] state_path: /etc/hostname/state: does not exist",
+        ),
+    ],
+)
+def test_bad_values_name_the_option(tmp_path, text, expected):
+    if "state_path" not in text:
+        text += f"[DEFAULT]\nstate_path = {tmp_path}\n" if "[DEFAULT]" not in text else ""
+    conf = load(tmp_path, text)
+    if "state_path" not in text:
+        conf.set_override("state_path", str(tmp_path))
+    with pytest.raises(validation.ConfigError) as info:
+        validation.validate(conf, uri_validator=validate_uri)
+    assert str(info.value).startswith(expected), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_state_path_that_is_a_file(tmp_path):
+    (tmp_path / "f").write_text("")
+    conf = load(tmp_path, f"[DEFAULT]\nstate_path = {tmp_path}/f\n")
+    with pytest.raises(validation.ConfigError, match="exists and is not a directory"):
+        validation.validate(conf)
+
+
+def test_every_group_is_listed_for_the_sample():
+    groups = {str(g) for g, _ in opts.list_opts()}
+    assert groups == {"DEFAULT", "libvirt", "placement", "rtagent"}

@@ -1,0 +1,106 @@
+"""The pure provider-tree diff: ownership of traits and ratios."""
+
+from rtagent.placement import diff
+from rtagent.placement.tree import Provider, ProviderTree
+from rtagent.tracker.model import MEMORY_MB, VCPU, Inventory, frozen_map
+
+ROOT = "11111111-1111-1111-1111-111111111111"
+CHILD = "22222222-2222-2222-2222-222222222222"
+
+
+def want(traits=("COMPUTE_NODE",), managed=("COMPUTE_NODE",), vcpu_ratio=None, name="node1"):
+    return Provider(
+        uuid=ROOT,
+        name=name,
+        inventories=frozen_map(
+            {
+                VCPU: Inventory(16, 0, 1, 16, 1, vcpu_ratio),
+                MEMORY_MB: Inventory(4096, 512, 1, 4096, 1, 1.0),
+            }
+        ),
+        traits=frozenset(traits),
+        managed_traits=frozenset(managed) | frozenset(traits),
+        ratio_defaults=frozen_map({VCPU: 4.0}),
+    )
+
+
+def seen(traits=("COMPUTE_NODE",), vcpu_ratio=4.0, name="node1", generation=3):
+    return Provider(
+        uuid=ROOT,
+        name=name,
+        generation=generation,
+        inventories=frozen_map(
+            {
+                VCPU: Inventory(16, 0, 1, 16, 1, vcpu_ratio),
+                MEMORY_MB: Inventory(4096, 512, 1, 4096, 1, 1.0),
+            }
+        ),
+        traits=frozenset(traits),
+    )
+
+
+def ops_of(desired, view):
+    return diff.diff(ProviderTree(desired), ProviderTree(view))
+
+
+def test_new_provider_is_created_with_initial_ratio():
+    ops = ops_of([want()], [])
+    assert [type(o) for o in ops] == [diff.CreateProvider, diff.SetInventories, diff.SetTraits]
+    assert ops[1].inventories[VCPU]["allocation_ratio"] == 4.0
+    assert ops[2].traits == {"COMPUTE_NODE"}
+
+
+def test_equal_trees_need_nothing():
+    assert ops_of([want()], [seen()]) == []
+
+
+def test_unmanaged_ratio_keeps_placement_value():
+    # the operator set 2.0 through the API and nothing is configured
+    assert ops_of([want(vcpu_ratio=None)], [seen(vcpu_ratio=2.0)]) == []
+
+
+def test_configured_ratio_overrides_placement_value():
+    ops = ops_of([want(vcpu_ratio=8.0)], [seen(vcpu_ratio=2.0)])
+    assert [type(o) for o in ops] == [diff.SetInventories]
+    assert ops[0].inventories[VCPU]["allocation_ratio"] == 8.0
+
+
+def test_foreign_traits_survive_and_owned_ones_are_removed():
+    desired = want(traits=("COMPUTE_NODE",), managed=("COMPUTE_NODE", "COMPUTE_STATUS_DISABLED"))
+    current = seen(traits=("COMPUTE_NODE", "COMPUTE_STATUS_DISABLED", "CUSTOM_OPERATOR"))
+    (op,) = ops_of([desired], [current])
+    assert op == diff.SetTraits(ROOT, frozenset({"COMPUTE_NODE", "CUSTOM_OPERATOR"}))
+
+
+def test_missing_owned_trait_is_added_back_without_dropping_others():
+    (op,) = ops_of([want()], [seen(traits=("CUSTOM_RACK1",))])
+    assert op.traits == {"COMPUTE_NODE", "CUSTOM_RACK1"}
+
+
+def test_rename_keeps_uuid():
+    (op,) = ops_of([want(name="node1.example.org")], [seen(name="node1")])
+    assert op == diff.UpdateProvider(ROOT, "node1.example.org", None)
+
+
+def test_parents_come_before_children():
+    child = Provider(uuid=CHILD, name="node1_pci", parent_uuid=ROOT)
+    # the child sorts first by UUID order if parents were not honoured
+    tree = ProviderTree(
+        [
+            Provider(uuid="ffffffff-0000-0000-0000-000000000000", name="r"),
+            Provider(
+                uuid="00000000-0000-0000-0000-000000000001",
+                name="c",
+                parent_uuid="ffffffff-0000-0000-0000-000000000000",
+            ),
+        ]
+    )
+    assert [p.name for p in tree] == ["r", "c"]
+    ops = ops_of([want(), child], [])
+    creates = [o.uuid for o in ops if isinstance(o, diff.CreateProvider)]
+    assert creates == [ROOT, CHILD]
+
+
+def test_providers_not_desired_are_left_alone():
+    foreign = Provider(uuid=CHILD, name="someone-elses", parent_uuid=ROOT, generation=1)
+    assert ops_of([want()], [seen(), foreign]) == []

@@ -1,0 +1,305 @@
+"""LibvirtDriver over a hand-written fake connection: call counts, fallbacks, errors.
+
+The fake answers like the real bindings (same method names and return shapes)
+and records each call, so the tests can count what a reading costs.
+"""
+
+import os
+
+import libvirt
+import pytest
+
+from rtagent.virt import errors, host
+from rtagent.virt.libvirt import LibvirtDriver, connection
+
+URI = "qemu:///system"
+INFO = ["x86_64", 65536, 8, 2600, 1, 1, 4, 2]
+CPU_MAP = (8, [True] * 6 + [False] * 2, 6)
+GIB = 2**30
+STATVFS = os.statvfs_result((4096, 4096, 100 * GIB // 4096, 40 * GIB // 4096, 0, 0, 0, 0, 0, 255))
+
+
+def lv_error(code, message="boom"):
+    exc = libvirt.libvirtError(message)
+    # (code, domain, message, level, ...) as virGetLastError returns it.
+    exc.err = (code, 0, message, 2, None, None, None, 0, 0)
+    return exc
+
+
+def full_stats(i):
+    return {
+        "state.state": 1,
+        "vcpu.current": 1 + i % 4,
+        "vcpu.maximum": 4,
+        "balloon.current": 1048576 * (1 + i % 2),
+        "balloon.maximum": 2097152,
+    }
+
+
+class FakeDomain:
+    def __init__(self, conn, uuid, name, info=None, error=None):
+        self._conn, self._uuid, self._name = conn, uuid, name
+        self._info, self._error = info, error
+
+    def UUIDString(self):
+        return self._uuid
+
+    def name(self):
+        return self._name
+
+    def info(self):
+        self._conn.calls.append("info")
+        if self._error is not None:
+            raise self._error
+        return self._info
+
+
+class FakeConn:
+    """Answers like virConnect; ``fail`` maps a method name to an error."""
+
+    def __init__(self, domain_stats=(), fail=None, alive=1):
+        self.calls = []
+        self.fail = dict(fail or {})
+        self.alive = alive
+        self.closed = False
+        self.domains = [
+            (FakeDomain(self, uuid, name, info, error), stats)
+            for uuid, name, stats, info, error in domain_stats
+        ]
+
+    def _answer(self, method, value):
+        self.calls.append(method)
+        if method in self.fail:
+            raise self.fail[method]
+        return value
+
+    def getInfo(self):
+        return self._answer("getInfo", INFO)
+
+    def getCPUMap(self, flags=0):
+        return self._answer("getCPUMap", CPU_MAP)
+
+    def getType(self):
+        return self._answer("getType", "QEMU")
+
+    def getVersion(self):
+        return self._answer("getVersion", 7002022)
+
+    def getHostname(self):
+        return self._answer("getHostname", "cmp-1.example.org")
+
+    def getAllDomainStats(self, stats, flags):
+        assert flags == 0  # every domain, active or not
+        return self._answer("getAllDomainStats", self.domains)
+
+    def isAlive(self):
+        self.calls.append("isAlive")
+        return self.alive
+
+    def close(self):
+        self.closed = True
+        return 0
+
+
+class Opener:
+    """Hands out prepared connections in order and counts opens."""
+
+    def __init__(self, *conns):
+        self.conns = list(conns)
+        self.uris = []
+
+    def __call__(self, uri):
+        self.uris.append(uri)
+        conn = self.conns.pop(0)
+        if isinstance(conn, Exception):
+            raise conn
+        return conn
+
+
+def make_driver(*conns, statvfs=lambda path: STATVFS):
+    opener = Opener(*conns)
+    return LibvirtDriver(URI, "/var/lib/nova/instances", statvfs=statvfs, opener=opener), opener
+
+
+def qemu_domains(n):
+    return [
+        (f"00000000-0000-4000-8000-{i:012d}", f"vm-{i}", full_stats(i), None, None)
+        for i in range(n)
+    ]
+
+
+def test_reads_a_host():
+    conn = FakeConn(qemu_domains(2))
+    driver, opener = make_driver(conn)
+    view = driver.read_host()
+    assert view == host.HostView(
+        hypervisor_hostname="cmp-1.example.org",
+        hypervisor_type="QEMU",
+        hypervisor_version=7002022,
+        vcpus=6,
+        memory_mb=65536,
+        local_gb=100,
+        local_gb_used=60,
+        domains=(
+            host.DomainInfo("00000000-0000-4000-8000-000000000000", "vm-0", 1, 1, 1024),
+            host.DomainInfo("00000000-0000-4000-8000-000000000001", "vm-1", 1, 2, 2048),
+        ),
+    )
+    assert opener.uris == [URI]
+
+
+@pytest.mark.parametrize("n_domains", [0, 1, 10, 500])
+def test_call_count_does_not_grow_with_domains_when_stats_are_full(n_domains):
+    driver, _ = make_driver(FakeConn(qemu_domains(n_domains)))
+    driver.read_host()
+    assert driver.last_call_count == 7  # the open, then six calls
+    driver.read_host()
+    assert driver.last_call_count == 6
+
+
+def test_falls_back_to_info_only_for_domains_without_stats():
+    # As the test driver answers: state only, so one dom.info() per domain.
+    state_only = [
+        (
+            "00000000-0000-4000-8000-00000000000a",
+            "a",
+            {"state.state": 3},
+            [3, 4096, 2048, 2, 0],
+            None,
+        ),
+        (
+            "00000000-0000-4000-8000-00000000000b",
+            "b",
+            {"state.state": 5},
+            [5, 1024, 1024, 1, 0],
+            None,
+        ),
+    ]
+    conn = FakeConn(state_only + qemu_domains(3))
+    driver, _ = make_driver(conn)
+    view = driver.read_host()
+    assert conn.calls.count("info") == 2
+    assert driver.last_call_count == 7 + 2
+    by_name = {d.name: d for d in view.domains}
+    assert (by_name["a"].state, by_name["a"].vcpus, by_name["a"].memory_mb) == (3, 2, 2)
+    assert (by_name["b"].state, by_name["b"].vcpus, by_name["b"].memory_mb) == (5, 1, 1)
+
+
+def test_domain_gone_between_stats_and_info_is_skipped():
+    gone = lv_error(libvirt.VIR_ERR_NO_DOMAIN, "Domain not found")
+    vanished = ("00000000-0000-4000-8000-00000000000a", "gone", {"state.state": 1}, None, gone)
+    conn = FakeConn([vanished, *qemu_domains(1)])
+    driver, _ = make_driver(conn)
+    assert [d.name for d in driver.read_host().domains] == ["vm-0"]
+
+
+@pytest.mark.parametrize(
+    "code", [libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_OPERATION_UNSUPPORTED]
+)
+def test_cpu_map_unsupported_falls_back_to_info(code):
+    driver, _ = make_driver(FakeConn(fail={"getCPUMap": lv_error(code)}))
+    assert driver.read_host().vcpus == INFO[2]
+
+
+@pytest.mark.parametrize(
+    ("method", "code"),
+    [
+        ("getAllDomainStats", libvirt.VIR_ERR_SYSTEM_ERROR),
+        ("getInfo", libvirt.VIR_ERR_NO_CONNECT),
+        ("getCPUMap", libvirt.VIR_ERR_INVALID_CONN),
+        ("getHostname", libvirt.VIR_ERR_RPC),
+    ],
+)
+def test_connection_errors_drop_the_connection_and_the_next_read_reopens(method, code):
+    broken = FakeConn(fail={method: lv_error(code, "Cannot write data: Broken pipe")})
+    fresh = FakeConn()
+    driver, opener = make_driver(broken, fresh)
+    with pytest.raises(errors.HypervisorUnavailable) as info:
+        driver.read_host()
+    assert "Broken pipe" in str(info.value)
+    assert broken.closed
+    assert driver.read_host().vcpus == 6
+    assert len(opener.uris) == 2
+    assert driver.connection_opens == 2
+
+
+def test_any_error_on_a_dead_connection_is_a_connection_error():
+    # After a daemon restart libvirt answers "client socket is closed" with
+    # VIR_ERR_INTERNAL_ERROR; only isAlive() tells it is the connection.
+    dead = FakeConn(
+        fail={"getInfo": lv_error(libvirt.VIR_ERR_INTERNAL_ERROR, "client socket is closed")},
+        alive=0,
+    )
+    driver, _ = make_driver(dead, FakeConn())
+    with pytest.raises(errors.HypervisorUnavailable):
+        driver.read_host()
+    assert dead.closed
+    driver.read_host()
+
+
+def test_other_errors_keep_the_connection():
+    conn = FakeConn(fail={"getAllDomainStats": lv_error(libvirt.VIR_ERR_INTERNAL_ERROR, "oops")})
+    driver, opener = make_driver(conn)
+    with pytest.raises(errors.HostReadError) as info:
+        driver.read_host()
+    assert "domain stats" in str(info.value)
+    assert "oops" in str(info.value)
+    assert not conn.closed
+    del conn.fail["getAllDomainStats"]
+    driver.read_host()
+    assert len(opener.uris) == 1
+
+
+def test_open_failure_is_unavailable_with_libvirts_message():
+    refused = lv_error(libvirt.VIR_ERR_SYSTEM_ERROR, "unable to connect: Connection refused")
+    driver, _ = make_driver(refused, FakeConn())
+    with pytest.raises(errors.HypervisorUnavailable) as info:
+        driver.read_host()
+    assert "Connection refused" in str(info.value)
+    assert URI in str(info.value)
+    assert driver.last_call_count == 1
+    driver.read_host()
+
+
+def test_connection_is_reused_and_closed():
+    conn = FakeConn()
+    driver, opener = make_driver(conn)
+    for _ in range(3):
+        driver.read_host()
+    assert len(opener.uris) == 1
+    driver.close()
+    driver.close()
+    assert conn.closed
+
+
+def test_missing_instances_path_is_reported_before_libvirt_is_touched():
+    def statvfs(path):
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    driver, opener = make_driver(FakeConn(), statvfs=statvfs)
+    with pytest.raises(errors.HostReadError) as info:
+        driver.read_host()
+    assert "/var/lib/nova/instances" in str(info.value)
+    assert opener.uris == []
+
+
+def test_invalid_uri_is_refused_at_construction():
+    with pytest.raises(errors.InvalidConnectionURI):
+        LibvirtDriver("qemu:/system", "/tmp")
+
+
+@pytest.mark.parametrize(
+    ("code", "alive", "expected"),
+    [
+        (libvirt.VIR_ERR_SYSTEM_ERROR, True, True),
+        (libvirt.VIR_ERR_NO_CONNECT, True, True),
+        (libvirt.VIR_ERR_INVALID_CONN, True, True),
+        (libvirt.VIR_ERR_RPC, True, True),
+        (libvirt.VIR_ERR_INTERNAL_ERROR, False, True),
+        (libvirt.VIR_ERR_INTERNAL_ERROR, True, False),
+        (libvirt.VIR_ERR_NO_DOMAIN, True, False),
+        (libvirt.VIR_ERR_NO_SUPPORT, True, False),
+    ],
+)
+def test_is_connection_error(code, alive, expected):
+    assert connection.is_connection_error(code, alive) is expected
