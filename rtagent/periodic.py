@@ -46,20 +46,24 @@ class PeriodicLoop:
         """One guarded run: errors are logged and counted, never raised."""
         self.runs += 1
         started = self._clock()
+        error = None
         try:
             self._task()
         except exception.RtagentError as exc:
-            # Expected failures (Placement down, hypervisor gone): one line.
-            self.failures += 1
-            self.last_error = exc
-            LOG.warning("Audit failed (%s): %s", exc.code, exc)
+            error = exc
         except Exception as exc:
-            self.failures += 1
-            self.last_error = exc
+            # A bug, not a condition: keep the traceback for the report.
             LOG.exception("Audit failed unexpectedly; the loop continues")
-        else:
-            self.last_error = None
+            error = exc
+        self.last_error = error
+        if error is None:
             LOG.debug("Audit run %d took %.3f s", self.runs, self._clock() - started)
+            return
+        self.failures += 1
+        if isinstance(error, exception.RtagentError):
+            # Expected conditions (Placement down, hypervisor gone): one line,
+            # logged outside the except block so no traceback is attached.
+            LOG.warning("Audit failed (%s): %s", error.code, error)
 
     def stop(self):
         """Ask the loop to end; it wakes immediately."""

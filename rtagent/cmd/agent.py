@@ -33,6 +33,9 @@ def _add_commands(subparsers):
 def _load_conf(argv):
     conf = rtconf.new_conf()
     logging.register_options(conf)
+    # Logs go to stderr so that stdout carries only command output (audit's
+    # JSON); under systemd both streams reach the journal anyway.
+    conf.set_default("use_stderr", True)
     conf.register_cli_opt(
         cfg.SubCommandOpt("command", title="Commands", handler=_add_commands, help="what to do")
     )

@@ -1,0 +1,138 @@
+"""The ``rtagent`` command as an operator runs it: a real subprocess, a real
+Placement process over HTTP on loopback, the libvirt test driver."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rtagent.testing.placement_server import PlacementServer
+from tests.functional.conftest import DEMO_URI
+
+pytestmark = pytest.mark.functional
+
+RTAGENT = os.path.join(os.path.dirname(sys.executable), "rtagent")
+
+
+@pytest.fixture
+def placement_process():
+    # One per test: every agent here registers the same hypervisor hostname,
+    # which Placement rightly refuses for a second node UUID.
+    with PlacementServer(db_sync=False) as server:
+        yield server
+
+
+def write_conf(tmp_path, endpoint="http://127.0.0.1:9", extra=""):
+    path = tmp_path / "rtagent.conf"
+    path.write_text(
+        f"""[DEFAULT]
+state_path = {tmp_path}/state
+reserved_host_memory_mb = 1024
+cpu_allocation_ratio = 2.0
+[libvirt]
+connection_uri = {DEMO_URI}
+instances_path = {tmp_path}/instances
+[placement]
+auth_type = admin_token
+endpoint = {endpoint}
+token = admin
+[rtagent]
+audit_interval = 1
+{extra}"""
+    )
+    return path
+
+
+def rtagent(*args, timeout=60):
+    return subprocess.run(
+        [RTAGENT, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            "[DEFAULT]\ncpu_allocation_ratio = -1.0\n",
+            "[DEFAULT] cpu_allocation_ratio: invalid value",
+        ),
+        ("[libvirt]\nconnection_uri = qemu//system\n", "[libvirt] connection_uri:"),
+        ("[DEFAULT]\nstate_path = /etc/hostname\n", "[DEFAULT] state_path: /etc/hostname: exists"),
+        ("[rtagent]\naudit_interval = soon\n", "[rtagent] audit_interval: invalid value"),
+        ("this is not ini\n", "Failed to parse"),
+    ],
+)
+def test_bad_config_is_one_line_and_exit_2(tmp_path, extra, message):
+    # later sections override earlier ones for the same option
+    result = rtagent("--config-file", str(write_conf(tmp_path, extra=extra)), "audit")
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("rtagent: error: ")
+    assert message in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "state" / "rtagent.sqlite"), "nothing was written"
+
+
+def test_unusable_identity_file_is_one_line(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "compute_id").write_text("garbage")
+    result = rtagent("--config-file", str(write_conf(tmp_path)), "audit")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "compute_id: does not hold a UUID" in result.stderr
+
+
+def test_audit_publishes_to_a_real_placement_process(tmp_path, placement_process):
+    conf = write_conf(tmp_path, endpoint=placement_process.endpoint)
+    result = rtagent("--config-file", str(conf), "audit")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    node = report["node_uuid"]
+    assert (tmp_path / "state" / "compute_id").read_text().strip() == node
+
+    adapter = placement_process.admin_adapter()
+    invs = adapter.get(f"/resource_providers/{node}/inventories").json()["inventories"]
+    assert invs["VCPU"]["allocation_ratio"] == 2.0
+    assert invs["MEMORY_MB"]["reserved"] == 1024
+    assert invs["MEMORY_MB"]["total"] == 32768
+    # a second run reuses the identity and has nothing to write
+    again = json.loads(rtagent("--config-file", str(conf), "audit").stdout)
+    assert again["node_uuid"] == node
+    assert again["placement_operations"] == []
+
+
+def test_run_stops_on_sigterm_with_exit_0(tmp_path, placement_process):
+    conf = write_conf(tmp_path, endpoint=placement_process.endpoint)
+    proc = subprocess.Popen(
+        [RTAGENT, "--config-file", str(conf), "run"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        node_file = tmp_path / "state" / "compute_id"
+        adapter = placement_process.admin_adapter()
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the agent never registered its node"
+            if node_file.exists():
+                node = node_file.read_text().strip()
+                if adapter.get(f"/resource_providers/{node}").status_code == 200:
+                    break
+            time.sleep(0.2)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0, err
+        assert time.monotonic() - started < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
