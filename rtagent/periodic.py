@@ -44,7 +44,6 @@ class PeriodicLoop:
 
     def run_once(self):
         """One guarded run: errors are logged and counted, never raised."""
-        self.runs += 1
         started = self._clock()
         error = None
         try:
@@ -56,6 +55,7 @@ class PeriodicLoop:
             LOG.exception("Audit failed unexpectedly; the loop continues")
             error = exc
         self.last_error = error
+        self.runs += 1  # completed runs, so a waiter sees whole ticks
         if error is None:
             LOG.debug("Audit run %d took %.3f s", self.runs, self._clock() - started)
             return

@@ -13,6 +13,15 @@ from oslo_config import cfg
 GROUP = cfg.OptGroup("placement", title="Placement service options")
 SERVICE_TYPE = "placement"
 
+# Our defaults for keystoneauth's options. keystoneauth's own timeout default
+# is none at all: a Placement that accepts connections and never answers
+# would then hang the audit loop forever.
+DEFAULTS = {
+    "service_type": SERVICE_TYPE,
+    "valid_interfaces": ["internal", "public"],
+    "timeout": 30,
+}
+
 
 def register_opts(conf):
     # A fresh OptGroup per ConfigOpts (an OptGroup holds option state).
@@ -20,8 +29,8 @@ def register_opts(conf):
     ks_loading.register_session_conf_options(conf, GROUP.name)
     ks_loading.register_auth_conf_options(conf, GROUP.name)
     ks_loading.register_adapter_conf_options(conf, GROUP.name, include_deprecated=False)
-    conf.set_default("service_type", SERVICE_TYPE, group=GROUP.name)
-    conf.set_default("valid_interfaces", ["internal", "public"], group=GROUP.name)
+    for name, value in DEFAULTS.items():
+        conf.set_default(name, value, group=GROUP.name)
 
 
 def list_opts():
@@ -35,10 +44,8 @@ def list_opts():
     # library's shared option objects are left untouched.
     opts = [copy.deepcopy(opt) for opt in opts]
     for opt in opts:
-        if opt.dest == "service_type":
-            opt.default = SERVICE_TYPE
-        elif opt.dest == "valid_interfaces":
-            opt.default = ["internal", "public"]
+        if opt.dest in DEFAULTS:
+            opt.default = DEFAULTS[opt.dest]
     # The password plugin and the adapter both declare some options; list each once.
     unique = {}
     for opt in opts:
