@@ -11,6 +11,7 @@ from keystoneauth1 import loading as ks_loading
 
 from rtagent.agent import Agent
 from rtagent.conf import placement as placement_conf
+from rtagent.conf.validation import ConfigError
 from rtagent.placement.client import MICROVERSION, PlacementClient
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.sync import ProviderSync
@@ -69,7 +70,13 @@ def libvirt_driver(conf):
     from rtagent.virt.libvirt.driver import LibvirtDriver
 
     instances_path = conf.libvirt.instances_path
-    os.makedirs(instances_path, mode=0o755, exist_ok=True)
+    try:
+        # nova-compute creates it too; its filesystem is what DISK_GB measures.
+        os.makedirs(instances_path, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            group="libvirt", option="instances_path", reason=f"{instances_path}: {exc.strerror}"
+        ) from exc
     return LibvirtDriver(conf.libvirt.connection_uri, instances_path)
 
 

@@ -41,7 +41,8 @@ def validate(conf, uri_validator=None):
         # refusing it avoids carrying that ambiguity over.
         if value is not None and value <= 0:
             raise ConfigError(group="DEFAULT", option=name, reason=f"{value} must be > 0")
-    _check_state_path(conf.state_path)
+    _check_directory("DEFAULT", "state_path", conf.state_path)
+    _check_directory("libvirt", "instances_path", conf.libvirt.instances_path)
     if uri_validator is not None:
         try:
             uri_validator(conf.libvirt.connection_uri)
@@ -60,9 +61,11 @@ def _read(conf, group, name):
         raise ConfigError(group=group, option=name, reason=reason) from exc
 
 
-def _check_state_path(path):
+def _check_directory(group, option, path):
+    """A directory the agent uses must exist and be usable, or be creatable."""
+
     def fail(reason):
-        raise ConfigError(group="DEFAULT", option="state_path", reason=f"{path}: {reason}")
+        raise ConfigError(group=group, option=option, reason=f"{path}: {reason}")
 
     if not os.path.isabs(path):
         fail("must be an absolute path")

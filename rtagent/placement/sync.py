@@ -110,38 +110,45 @@ class ProviderSync:
         return result
 
     def _refresh(self, root, desired):
-        listed = self._client.list_tree(root)
         view = []
-        for entry in listed:
+        for entry in self._client.list_tree(root):
             uuid = entry["uuid"]
+            if uuid not in desired:
+                # In our tree but not ours (e.g. another service's child
+                # provider): we never write to it, so we need no copy.
+                continue
             cached = self._view.get(uuid)
-            shell = Provider(
-                uuid=uuid,
-                name=entry["name"],
-                parent_uuid=entry.get("parent_provider_uuid"),
-                generation=entry["generation"],
-            )
-            if cached is not None and cached.generation == shell.generation:
-                view.append(cached.replace(name=shell.name, parent_uuid=shell.parent_uuid))
-            elif uuid in desired:
-                view.append(self._read_provider(shell))
+            if cached is not None and cached.generation == entry["generation"]:
+                view.append(
+                    cached.replace(
+                        name=entry["name"], parent_uuid=entry.get("parent_provider_uuid")
+                    )
+                )
             else:
-                # In our tree but not ours (another service's child): its
-                # generation is enough; we never write to it.
-                view.append(shell)
+                view.append(self._read_provider(entry))
         self._view = ProviderTree(view)
 
-    def _read_provider(self, shell):
+    def _read_provider(self, entry):
+        uuid = entry["uuid"]
         for _ in range(_CONSISTENT_READ_ATTEMPTS):
-            inv_gen, inventories = self._client.get_inventories(shell.uuid)
-            trait_gen, traits = self._client.get_traits(shell.uuid)
+            inv_gen, inventories = self._client.get_inventories(uuid)
+            trait_gen, traits = self._client.get_traits(uuid)
             if inv_gen == trait_gen:
                 break
         else:
-            # Still moving: a stale generation makes our next write conflict,
-            # which re-reads under the retry policy.
-            inv_gen = None
-        return shell.replace(
+            # Someone keeps writing to it: treat it as a conflict, so the
+            # retry policy paces us instead of a write on a torn read.
+            raise errors.GenerationConflict(
+                "GET",
+                f"/resource_providers/{uuid}",
+                409,
+                errors.CONCURRENT_UPDATE,
+                "the provider changed between reads of its inventories and traits",
+            )
+        return Provider(
+            uuid=uuid,
+            name=entry["name"],
+            parent_uuid=entry.get("parent_provider_uuid"),
             generation=inv_gen,
             inventories=frozen_map({rc: _inventory(d) for rc, d in inventories.items()}),
             traits=traits,

@@ -62,6 +62,7 @@ def rtagent(*args, timeout=60):
         ),
         ("[libvirt]\nconnection_uri = qemu//system\n", "[libvirt] connection_uri:"),
         ("[DEFAULT]\nstate_path = /etc/hostname\n", "[DEFAULT] state_path: /etc/hostname: exists"),
+        ("[libvirt]\ninstances_path = /etc/hostname/x\n", "[libvirt] instances_path:"),
         ("[rtagent]\naudit_interval = soon\n", "[rtagent] audit_interval: invalid value"),
         ("this is not ini\n", "Failed to parse"),
     ],

@@ -189,3 +189,26 @@ def test_sync_view_is_only_updated_by_successful_writes(placement, make_agent):
     view = agent.sync.view
     assert isinstance(agent.sync, ProviderSync)
     assert view.get(agent.tracker.node_uuid).generation is not None
+
+
+def test_foreign_child_provider_is_left_alone_at_steady_cost(make_agent, operator):
+    recorder = Recorder()
+    agent = make_agent(observer=recorder)
+    node = agent.audit().snapshot.node_uuid
+    child = str(uuid.uuid4())
+    resp = operator.post(
+        "/resource_providers",
+        json={"name": "someone-elses-child", "uuid": child, "parent_provider_uuid": node},
+    )
+    assert resp.status_code == 200, resp.text
+    operator.put("/traits/CUSTOM_FOREIGN")
+    resp = operator.put(
+        f"/resource_providers/{child}/traits",
+        json={"resource_provider_generation": 0, "traits": ["CUSTOM_FOREIGN"]},
+    )
+    assert resp.status_code == 200, resp.text
+    recorder.reset()
+    for _ in range(3):
+        assert agent.audit().sync.operations == ()
+    assert recorder.count() == 3  # one listing per tick; the child is never read
+    assert get(operator, f"/resource_providers/{child}/traits")["traits"] == ["CUSTOM_FOREIGN"]
