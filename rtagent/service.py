@@ -15,9 +15,9 @@ from rtagent.conf.validation import ConfigError
 from rtagent.placement.client import MICROVERSION, PlacementClient
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.sync import ProviderSync
+from rtagent.resources import DISK_GB, MEMORY_MB, VCPU, frozen_map
 from rtagent.tracker import identity
 from rtagent.tracker.ledger import ResourcePolicy
-from rtagent.tracker.model import DISK_GB, MEMORY_MB, VCPU, frozen_map
 from rtagent.tracker.store import Store
 from rtagent.tracker.tracker import Tracker
 

@@ -10,8 +10,8 @@ driver traits plug in through ``children`` and ``driver_traits``.
 import os_traits
 
 from rtagent.placement.tree import Provider, ProviderTree
+from rtagent.resources import STANDARD_CLASSES, frozen_map
 from rtagent.tracker import ledger
-from rtagent.tracker.model import frozen_map
 
 # Traits every root carries. The set of traits this agent manages on the
 # root grows with the driver's capability traits (a later issue).
@@ -35,6 +35,9 @@ def root_provider(snapshot, driver_traits=frozenset(), managed_traits=frozenset(
         inventories=frozen_map(invs),
         traits=traits,
         managed_traits=traits | frozenset(managed_traits),
+        # A standard class whose total drops to 0 (e.g. no local disk) is
+        # removed; classes others put on the root are left alone.
+        managed_classes=frozenset(STANDARD_CLASSES),
         ratio_defaults=frozen_map(policy.initial_ratios),
     )
 

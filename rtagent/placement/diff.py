@@ -2,10 +2,13 @@
 
 ``diff(desired, view)`` returns the operations that make Placement hold what
 the agent wants, and nothing more: no operation when they already agree.
-Two ownership rules keep us from clobbering others:
+Three ownership rules keep us from clobbering others:
 
 * traits: only ``managed_traits`` are added or removed; every other trait on
   the provider (set by an operator or another service) is carried over;
+* inventories: only ``managed_classes`` (and the desired ones) are written
+  or removed; any other class's inventory is carried over as Placement has
+  it (Placement replaces a provider's inventories as a whole);
 * allocation ratios: an inventory whose desired ratio is None keeps the ratio
   Placement has (an operator may set it through the API), or takes the
   provider's ``ratio_defaults`` when the inventory is new.
@@ -54,13 +57,19 @@ class SetTraits:
 
 
 def resolve_inventories(desired, current):
-    """Desired inventories as Placement dicts, with unmanaged ratios filled.
+    """The full inventory set to write: foreign classes as Placement has
+    them, ours as desired, with unmanaged ratios filled in.
 
     :param desired: the desired :class:`~rtagent.placement.tree.Provider`.
     :param current: the provider as last seen in Placement, or None.
     """
     current_invs = current.inventories if current else {}
-    resolved = {}
+    ours = desired.managed_classes | frozenset(desired.inventories)
+    resolved = {
+        rc: {f: getattr(inv, f) for f in _INVENTORY_FIELDS}
+        for rc, inv in current_invs.items()
+        if rc not in ours
+    }
     for rc, inv in desired.inventories.items():
         record = {f: getattr(inv, f) for f in _INVENTORY_FIELDS}
         if record["allocation_ratio"] is None:
@@ -105,10 +114,12 @@ def diff(desired, view):
                 ops.append(UpdateProvider(want.uuid, want.name, want.parent_uuid))
             current_traits = have.traits
             current_invs = _inventory_records(have)
-        invs = resolve_inventories(want, have)
-        if invs != current_invs:
-            ops.append(SetInventories(want.uuid, invs))
+        # Traits first: an inventory write that Placement refuses (e.g. a
+        # class still in use) must not hold back the node's traits.
         traits = merged_traits(want, current_traits)
         if traits != current_traits:
             ops.append(SetTraits(want.uuid, traits))
+        invs = resolve_inventories(want, have)
+        if invs != current_invs:
+            ops.append(SetInventories(want.uuid, invs))
     return ops

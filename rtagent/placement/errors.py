@@ -65,6 +65,13 @@ class PlacementAuthFailed(PlacementRequestFailed):
     code = "placement.auth_failed"
 
 
+class ProviderChanging(PlacementError):
+    """A provider changed between two reads of it; worth another attempt."""
+
+    code = "placement.provider_changing"
+    msg_fmt = "Provider {uuid} changed while it was being read"
+
+
 class SyncConflictsExhausted(PlacementError):
     """Generation conflicts outlasted the retry policy; the next tick retries."""
 

@@ -21,7 +21,7 @@ from rtagent.placement import diff as diffmod
 from rtagent.placement import errors
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.tree import Provider, ProviderTree
-from rtagent.tracker.model import Inventory, frozen_map
+from rtagent.resources import Inventory, frozen_map
 
 LOG = logging.getLogger(__name__)
 
@@ -72,8 +72,10 @@ class ProviderSync:
 
         :raises SyncConflictsExhausted: conflicts outlasted the policy.
         :raises ProviderNameTaken: our root's name belongs to another UUID.
-        :raises PlacementUnavailable, PlacementRequestFailed: other failures;
-            the cached view is dropped so the next sync re-reads.
+        :raises PlacementUnavailable: the cached view is dropped (a write's
+            outcome is unknown), so the next sync re-reads.
+        :raises PlacementRequestFailed: Placement refused a write (e.g.
+            ``InventoryInUse``); the view still matches Placement.
         """
         root = _root_uuid(desired)
 
@@ -95,14 +97,15 @@ class ProviderSync:
         try:
             result = self._policy.call(
                 attempt,
-                retry_on=errors.GenerationConflict,
+                retry_on=(errors.GenerationConflict, errors.ProviderChanging),
                 on_retry=on_conflict,
                 exhausted=exhausted,
                 sleep=self._sleep,
                 rng=self._rng,
             )
-        except errors.PlacementError:
-            # The outcome of the failed write is unknown: trust nothing cached.
+        except errors.PlacementUnavailable:
+            # A write may or may not have landed: trust nothing cached. (A
+            # refused write (4xx) left Placement, and so our view, as it was.)
             self.invalidate()
             raise
         if result.operations:
@@ -136,21 +139,17 @@ class ProviderSync:
             if inv_gen == trait_gen:
                 break
         else:
-            # Someone keeps writing to it: treat it as a conflict, so the
-            # retry policy paces us instead of a write on a torn read.
-            raise errors.GenerationConflict(
-                "GET",
-                f"/resource_providers/{uuid}",
-                409,
-                errors.CONCURRENT_UPDATE,
-                "the provider changed between reads of its inventories and traits",
-            )
+            # Someone keeps writing to it: let the retry policy pace us
+            # rather than write on a torn read.
+            raise errors.ProviderChanging(uuid=uuid)
         return Provider(
             uuid=uuid,
             name=entry["name"],
             parent_uuid=entry.get("parent_provider_uuid"),
             generation=inv_gen,
-            inventories=frozen_map({rc: _inventory(d) for rc, d in inventories.items()}),
+            inventories=frozen_map(
+                {rc: Inventory.from_placement(d) for rc, d in inventories.items()}
+            ),
             traits=traits,
         )
 
@@ -165,7 +164,10 @@ class ProviderSync:
         else:
             current = view.get(op.uuid)
             if isinstance(op, diffmod.UpdateProvider):
-                generation = self._client.update_provider(op.uuid, op.name, op.parent_uuid)
+                try:
+                    generation = self._client.update_provider(op.uuid, op.name, op.parent_uuid)
+                except errors.ProviderNameConflict as exc:
+                    raise errors.ProviderNameTaken(name=op.name, uuid=op.uuid) from exc
                 provider = current.replace(
                     name=op.name, parent_uuid=op.parent_uuid, generation=generation
                 )
@@ -175,7 +177,9 @@ class ProviderSync:
                 )
                 provider = current.replace(
                     generation=generation,
-                    inventories=frozen_map({rc: _inventory(d) for rc, d in op.inventories.items()}),
+                    inventories=frozen_map(
+                        {rc: Inventory.from_placement(d) for rc, d in op.inventories.items()}
+                    ),
                 )
             else:
                 generation = self._client.put_traits(op.uuid, current.generation, op.traits)
@@ -190,15 +194,8 @@ def _root_uuid(tree):
     return roots[0]
 
 
-def _inventory(record):
-    return Inventory(
-        total=record["total"],
-        reserved=record.get("reserved", 0),
-        min_unit=record.get("min_unit", 1),
-        max_unit=record.get("max_unit", record["total"]),
-        step_size=record.get("step_size", 1),
-        allocation_ratio=record.get("allocation_ratio", 1.0),
-    )
+def _inventories(records):
+    return frozen_map({rc: Inventory.from_placement(r) for rc, r in records.items()})
 
 
 def _describe(op):

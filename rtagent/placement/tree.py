@@ -7,7 +7,7 @@ generations). Nothing here does I/O; every "change" returns a new tree.
 
 import dataclasses
 
-from rtagent.tracker.model import frozen_map
+from rtagent.resources import frozen_map
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,6 +18,10 @@ class Provider:
     :param managed_traits: (desired trees only) traits whose presence this
         agent decides: absent from ``traits`` means remove. Any other trait
         on the provider belongs to someone else and is left alone.
+    :param managed_classes: (desired trees only) resource classes whose
+        inventory this agent decides: absent from ``inventories`` means
+        remove. Inventories of other classes (added by an operator or
+        another service) are carried over untouched.
     :param ratio_defaults: (desired trees only) resource class -> ratio for
         an inventory whose ``allocation_ratio`` is None when Placement has
         no value yet (the ``initial_*_allocation_ratio`` options).
@@ -30,6 +34,7 @@ class Provider:
     inventories: object = dataclasses.field(default_factory=lambda: frozen_map({}))
     traits: frozenset = frozenset()
     managed_traits: frozenset = frozenset()
+    managed_classes: frozenset = frozenset()
     ratio_defaults: object = dataclasses.field(default_factory=lambda: frozen_map({}))
 
     def replace(self, **changes):

@@ -8,24 +8,18 @@ import dataclasses
 import types
 import uuid as uuidlib
 
-import os_resource_classes as orc
-
+from rtagent.resources import (  # noqa: F401 - re-exported for the tracker's users
+    DISK_GB,
+    MEMORY_MB,
+    STANDARD_CLASSES,
+    VCPU,
+    Inventory,
+    frozen_map,
+)
 from rtagent.tracker import errors
 
-VCPU = orc.VCPU
-MEMORY_MB = orc.MEMORY_MB
-DISK_GB = orc.DISK_GB
-
-# The classes the skeleton accounts for, in the order they are reported.
-STANDARD_CLASSES = (VCPU, MEMORY_MB, DISK_GB)
-
-# The keys of Nova's scheduler ``limits`` dict, mapped to resource classes.
+# The keys of Nova's scheduler ``limits`` dict that limit a resource class.
 LIMIT_KEYS = {"vcpu": VCPU, "memory_mb": MEMORY_MB, "disk_gb": DISK_GB}
-
-
-def frozen_map(mapping):
-    """A read-only copy of ``mapping``."""
-    return types.MappingProxyType(dict(mapping))
 
 
 def check_uuid(value, what="instance_uuid"):
@@ -66,30 +60,6 @@ class Flavor:
     @classmethod
     def from_dict(cls, data):
         return cls(**data)
-
-
-@dataclasses.dataclass(frozen=True)
-class Inventory:
-    """One resource class's inventory, with Placement's field meanings.
-
-    ``allocation_ratio`` None means "not managed by this agent": Placement's
-    value is kept (see :mod:`rtagent.placement.diff`).
-    """
-
-    total: int
-    reserved: int = 0
-    min_unit: int = 1
-    max_unit: int = 0
-    step_size: int = 1
-    allocation_ratio: float | None = 1.0
-
-    @property
-    def capacity(self):
-        """What can be allocated, exactly as Placement computes it."""
-        return (self.total - self.reserved) * (self.allocation_ratio or 0.0)
-
-    def to_placement(self):
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)

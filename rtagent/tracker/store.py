@@ -7,14 +7,19 @@ commit, so a claim acknowledged after ``put_instance`` returns survives
 """
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import sqlite3
 
 from rtagent.tracker import errors
 from rtagent.tracker.model import Instance
 
+LOG = logging.getLogger(__name__)
+
 DB_NAME = "rtagent.sqlite"
+LOCK_NAME = "rtagent.lock"
 SCHEMA_VERSION = 1
 
 _SCHEMA = (
@@ -25,17 +30,50 @@ _SCHEMA = (
 
 
 def ensure_private_dir(path):
-    """Create ``path`` 0700 if missing; tighten it to 0700 if it exists.
+    """Create ``path`` 0700 if it is missing.
 
-    :raises StateError: it cannot be created or is not a directory.
+    An existing directory keeps its mode: it may be shared with other
+    software that needs it (nova's state directory holds the instances that
+    qemu must traverse). Only a world-writable one is refused.
+
+    :raises StateError: it cannot be created, is not a directory, or is
+        writable by anyone.
     """
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         if not os.path.isdir(path):
             raise NotADirectoryError(path)
-        os.chmod(path, 0o700)
+        mode = os.stat(path).st_mode
     except OSError as exc:
         raise errors.StateError(path=path, reason=exc.strerror or str(exc)) from exc
+    if mode & 0o002:
+        raise errors.StateError(path=path, reason="is world-writable; make it 0700")
+
+
+def _lock_exclusively(state_path):
+    """Hold an exclusive lock on ``state_path`` for this process's lifetime.
+
+    Two agents over one state directory would each keep their own ledger
+    and grant the same capacity twice.
+    """
+    path = os.path.join(state_path, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError as exc:
+        raise errors.StateError(path=path, reason=exc.strerror or str(exc)) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise errors.StateError(
+            path=state_path,
+            reason=f"is in use by another rtagent process (pid {holder}); "
+            "stop it first, or give this one its own state_path",
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+    return fd
 
 
 class Store:
@@ -44,6 +82,7 @@ class Store:
     def __init__(self, state_path):
         ensure_private_dir(state_path)
         self.path = os.path.join(state_path, DB_NAME)
+        self._lock_fd = _lock_exclusively(state_path)
         try:
             # Create the file ourselves so it is 0600 from its first byte;
             # SQLite gives the -wal and -shm files the same mode.
@@ -58,9 +97,19 @@ class Store:
                     self._db.execute(statement)
             self._check_schema()
         except sqlite3.Error as exc:
+            self._release_lock()
             raise errors.StateError(path=self.path, reason=str(exc)) from exc
         except OSError as exc:
+            self._release_lock()
             raise errors.StateError(path=self.path, reason=exc.strerror or str(exc)) from exc
+        except errors.StateError:
+            self._release_lock()
+            raise
+
+    def _release_lock(self):
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = None
 
     def _check_schema(self):
         found = self.get_meta("schema_version")
@@ -78,10 +127,13 @@ class Store:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            # Also after a failed COMMIT (disk full, I/O error): SQLite may
+            # leave the transaction open, and every later BEGIN would fail.
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
 
     def _write(self, sql, params):
         try:
@@ -120,4 +172,6 @@ class Store:
         self._write("DELETE FROM instances WHERE uuid = ?", (instance_uuid,))
 
     def close(self):
+        """Close the database and release the state directory. Idempotent."""
         self._db.close()
+        self._release_lock()

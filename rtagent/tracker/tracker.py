@@ -9,6 +9,7 @@ accounting and one local commit, however slow Placement or libvirt are.
 """
 
 import contextlib
+import json
 import logging
 
 from oslo_concurrency import lockutils
@@ -35,7 +36,10 @@ class Tracker:
         # later several nodes per agent) never share a lock by name.
         self._lock = lockutils.FairLocks().get(f"tracker-{node_uuid}")
         self._host = None
-        self._placement_ratios = {}
+        # Remembered across restarts: an agent restarted while Placement is
+        # down must not fall back to the initial ratios and oversubscribe.
+        self._ratios_key = f"placement_ratios:{node_uuid}"
+        self._placement_ratios = json.loads(store.get_meta(self._ratios_key) or "{}")
         self._inventories = {}
         self._instances = {i.uuid: i for i in store.load_instances(node_uuid)}
         LOG.info("Tracker for node %s restored %d instance(s)", node_uuid, len(self._instances))
@@ -65,11 +69,15 @@ class Tracker:
 
         Used for classes whose ratio is not configured: an operator may set
         it through the Placement API, and claims must use what Placement
-        uses. Configured ratios still win.
+        uses. Configured ratios still win. Durable when it returns.
+
+        :raises StateError: the durable write failed; nothing changed.
         """
+        ratios = dict(ratios)
         with self._locked():
-            if dict(ratios) != self._placement_ratios:
-                self._placement_ratios = dict(ratios)
+            if ratios != self._placement_ratios:
+                self._store.set_meta(self._ratios_key, json.dumps(ratios, sort_keys=True))
+                self._placement_ratios = ratios
                 self._recompute_inventories()
 
     def set_policy(self, policy):

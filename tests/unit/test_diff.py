@@ -20,6 +20,7 @@ def want(traits=("COMPUTE_NODE",), managed=("COMPUTE_NODE",), vcpu_ratio=None, n
         ),
         traits=frozenset(traits),
         managed_traits=frozenset(managed) | frozenset(traits),
+        managed_classes=frozenset({VCPU, MEMORY_MB, "DISK_GB"}),
         ratio_defaults=frozen_map({VCPU: 4.0}),
     )
 
@@ -45,9 +46,10 @@ def ops_of(desired, view):
 
 def test_new_provider_is_created_with_initial_ratio():
     ops = ops_of([want()], [])
-    assert [type(o) for o in ops] == [diff.CreateProvider, diff.SetInventories, diff.SetTraits]
-    assert ops[1].inventories[VCPU]["allocation_ratio"] == 4.0
-    assert ops[2].traits == {"COMPUTE_NODE"}
+    # traits before inventories: a refused inventory write cannot hold them back
+    assert [type(o) for o in ops] == [diff.CreateProvider, diff.SetTraits, diff.SetInventories]
+    assert ops[2].inventories[VCPU]["allocation_ratio"] == 4.0
+    assert ops[1].traits == {"COMPUTE_NODE"}
 
 
 def test_equal_trees_need_nothing():
@@ -104,3 +106,23 @@ def test_parents_come_before_children():
 def test_providers_not_desired_are_left_alone():
     foreign = Provider(uuid=CHILD, name="someone-elses", parent_uuid=ROOT, generation=1)
     assert ops_of([want()], [seen(), foreign]) == []
+
+
+def test_foreign_inventory_is_carried_over():
+    current = seen()
+    gold = Inventory(5, 0, 1, 5, 1, 1.0)
+    current = current.replace(inventories=frozen_map({**current.inventories, "CUSTOM_GOLD": gold}))
+    assert ops_of([want()], [current]) == []
+    # and when we must write, the foreign class is part of the full set
+    (op,) = ops_of([want(vcpu_ratio=8.0)], [current])
+    assert op.inventories["CUSTOM_GOLD"]["total"] == 5
+    assert op.inventories[VCPU]["allocation_ratio"] == 8.0
+
+
+def test_managed_class_that_is_no_longer_desired_is_removed():
+    current = seen()
+    current = current.replace(
+        inventories=frozen_map({**current.inventories, "DISK_GB": Inventory(10, 0, 1, 10, 1, 1.0)})
+    )
+    (op,) = ops_of([want()], [current])
+    assert set(op.inventories) == {VCPU, MEMORY_MB}
