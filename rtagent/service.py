@@ -5,13 +5,11 @@ adapter), never the ConfigOpts object.
 """
 
 import logging
-import os
 
 from keystoneauth1 import loading as ks_loading
 
 from rtagent.agent import Agent
 from rtagent.conf import placement as placement_conf
-from rtagent.conf.validation import ConfigError
 from rtagent.placement.client import MICROVERSION, PlacementClient
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.sync import ProviderSync
@@ -24,6 +22,15 @@ from rtagent.tracker.tracker import Tracker
 LOG = logging.getLogger(__name__)
 
 
+def _configured_ratio(conf, name):
+    value = conf[name]
+    if value == 0.0:
+        # nova documents 0.0 as "unset"; existing nova.conf files use it.
+        LOG.warning("%s = 0.0 is treated as unset (as nova does)", name)
+        return None
+    return value
+
+
 def policy_from_conf(conf):
     """The :class:`ResourcePolicy` that ``conf`` describes."""
     return ResourcePolicy(
@@ -32,9 +39,9 @@ def policy_from_conf(conf):
         reserved_host_disk_mb=conf.reserved_host_disk_mb,
         ratios=frozen_map(
             {
-                VCPU: conf.cpu_allocation_ratio,
-                MEMORY_MB: conf.ram_allocation_ratio,
-                DISK_GB: conf.disk_allocation_ratio,
+                VCPU: _configured_ratio(conf, "cpu_allocation_ratio"),
+                MEMORY_MB: _configured_ratio(conf, "ram_allocation_ratio"),
+                DISK_GB: _configured_ratio(conf, "disk_allocation_ratio"),
             }
         ),
         initial_ratios=frozen_map(
@@ -69,15 +76,7 @@ def libvirt_driver(conf):
     # config generator, unit tests of the core) do not need libvirt.
     from rtagent.virt.libvirt.driver import LibvirtDriver
 
-    instances_path = conf.libvirt.instances_path
-    try:
-        # nova-compute creates it too; its filesystem is what DISK_GB measures.
-        os.makedirs(instances_path, mode=0o755, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            group="libvirt", option="instances_path", reason=f"{instances_path}: {exc.strerror}"
-        ) from exc
-    return LibvirtDriver(conf.libvirt.connection_uri, instances_path)
+    return LibvirtDriver(conf.libvirt.connection_uri, conf.libvirt.instances_path)
 
 
 def build_agent(conf, driver=None, adapter=None, observer=None):

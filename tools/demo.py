@@ -41,6 +41,7 @@ class CountingObserver(RequestObserver):
 
 
 def write_config(workdir, endpoint):
+    os.makedirs(os.path.join(workdir, "instances"), exist_ok=True)
     path = os.path.join(workdir, "rtagent.conf")
     with open(path, "w", encoding="utf-8") as f:
         f.write(

@@ -8,8 +8,16 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 venv=${RTAGENT_VENV:-$top/.venv}
 python=${PYTHON:-python3}
 
+# libvirt-python compiles against libvirt's headers (no wheel exists).
+want=(libvirt-dev pkg-config gcc)
+# A Debian python3 needs these for venv and for compiling; a pyenv or
+# python.org build (as on our CI machines) already has both.
+"$python" -c "import ensurepip" 2>/dev/null || want+=(python3-venv)
+"$python" -c "import os, sysconfig; p = sysconfig.get_paths()['include']; \
+assert os.path.exists(os.path.join(p, 'Python.h'))" 2>/dev/null || want+=(python3-dev)
+
 need_apt=()
-for pkg in libvirt-dev pkg-config gcc; do
+for pkg in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
         || need_apt+=("$pkg")
 done

@@ -8,6 +8,7 @@ naming what to fix and exit status 2 (no traceback).
 """
 
 import json
+import logging as std_logging
 import signal
 import sys
 import threading
@@ -56,8 +57,14 @@ def _run(conf, agent):
         LOG.info("Signal %d received, stopping", signum)
         loop.stop()
 
+    def hangup(signum, frame):
+        # Reload arrives with the daemon issue; until then SIGHUP must not
+        # take its default action (terminate).
+        LOG.warning("SIGHUP received: configuration reload is not supported yet; ignored")
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, hangup)
     # The loop runs in a worker so the main thread stays free for signals.
     worker = threading.Thread(target=loop.run, name="audit-loop", daemon=True)
     worker.start()
@@ -84,12 +91,19 @@ def _audit(agent):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    # Until oslo.log is set up, libraries' log records (keystoneauth's "Could
+    # not load ...") would reach stderr beside our one-line error; drop them.
+    std_logging.getLogger().addHandler(std_logging.NullHandler())
     try:
         conf = _load_conf(argv)
-        logging.setup(conf, "rtagent")
         validation.validate(conf, uri_validator=_uri_validator)
     except (cfg.Error, exception.RtagentError) as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        logging.setup(conf, "rtagent")
+    except OSError as exc:
+        print(f"rtagent: error: cannot set up logging: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
     from rtagent import service

@@ -7,6 +7,7 @@ so an operator's existing values carry over unchanged.
 import socket
 
 from oslo_config import cfg
+from oslo_utils import netutils
 
 RATIO_OPTS = ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio")
 
@@ -21,16 +22,19 @@ node_opts = [
     ),
     cfg.HostAddressOpt(
         "my_ip",
-        default="127.0.0.1",
+        default=netutils.get_my_ipv4(),
         sample_default="<host_ipv4>",
-        help="IP address of this host, reported to schedulers as host_ip.",
+        help="IP address of this host, reported to schedulers as host_ip. "
+        "Defaults to the address of the interface of the default route.",
     ),
     cfg.StrOpt(
         "state_path",
         default="/var/lib/rtagent",
         help="Directory holding the agent's durable state: the node identity "
-        "file (compute_id) and the claim store. Created 0700 if missing. "
-        "Point it at nova-compute's state_path to keep nova's node UUID.",
+        "file (compute_id), the claim store and a lock file. Created 0700 "
+        "if missing; an existing directory keeps its mode. To keep the "
+        "node UUID nova-compute registered, copy nova's compute_id file "
+        "here before the first start.",
     ),
 ]
 
@@ -63,9 +67,10 @@ def _ratio(name, resource):
         default=None,
         min=0.0,
         help=f"Allocation ratio of {resource}. When set it is pushed to Placement "
-        "on every sync. When unset, the initial ratio is used when the "
-        "inventory is first created and a ratio set later through the "
-        "Placement API is respected.",
+        "on every sync. When unset (or 0.0, which nova also treats as "
+        "unset), the initial ratio is used when the inventory is first "
+        "created and a ratio set later through the Placement API is "
+        "respected.",
     )
 
 

@@ -13,9 +13,10 @@ ALL_OPTS = [
     ),
     cfg.StrOpt(
         "instances_path",
-        default="$state_path/instances",
-        help="Directory where instance disks live. Its filesystem size is the "
-        "DISK_GB total (floor of GiB).",
+        default="/var/lib/nova/instances",
+        help="Directory where instance disks live (nova-compute's "
+        "instances_path). It must exist; its filesystem's size is the "
+        "DISK_GB total (floor of GiB). rtagent only measures it.",
     ),
 ]
 

@@ -8,10 +8,12 @@ the option.
 
 import os
 
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from rtagent import exception
-from rtagent.conf import default, libvirt, rtagent
+from rtagent.conf import default, libvirt, placement, rtagent
 
 
 class ConfigError(exception.RtagentError):
@@ -35,14 +37,13 @@ def validate(conf, uri_validator=None):
     ):
         for opt in opts:
             _read(conf, group, opt.dest)
-    for name in default.RATIO_OPTS + tuple("initial_" + n for n in default.RATIO_OPTS):
-        value = conf[name]
-        # A ratio of 0 made nova use its built-in default in old releases;
-        # refusing it avoids carrying that ambiguity over.
-        if value is not None and value <= 0:
-            raise ConfigError(group="DEFAULT", option=name, reason=f"{value} must be > 0")
+    # (A configured ratio of 0.0 means "unset", as in nova; see service.py.)
+    for name in ("initial_" + n for n in default.RATIO_OPTS):
+        if conf[name] <= 0:
+            raise ConfigError(group="DEFAULT", option=name, reason=f"{conf[name]} must be > 0")
     _check_directory("DEFAULT", "state_path", conf.state_path)
-    _check_directory("libvirt", "instances_path", conf.libvirt.instances_path)
+    _check_instances_path(conf.libvirt.instances_path)
+    _check_placement(conf)
     if uri_validator is not None:
         try:
             uri_validator(conf.libvirt.connection_uri)
@@ -59,6 +60,43 @@ def _read(conf, group, name):
         if "is not valid: " in reason:
             reason = "invalid value: " + reason.split("is not valid: ", 1)[1]
         raise ConfigError(group=group, option=name, reason=reason) from exc
+
+
+def _check_instances_path(path):
+    def fail(reason):
+        raise ConfigError(group="libvirt", option="instances_path", reason=f"{path}: {reason}")
+
+    if not os.path.isabs(path):
+        fail("must be an absolute path")
+    if not os.path.isdir(path):
+        # Not created for the operator: a typo would silently measure the
+        # wrong filesystem as DISK_GB.
+        fail("is not an existing directory")
+
+
+def _check_placement(conf):
+    """Read every [placement] option and load the auth plugin (no network)."""
+    group = placement.GROUP.name
+    for name in list(conf[group]):
+        _read(conf, group, name)
+    if not conf[group].auth_type:
+        raise ConfigError(
+            group=group,
+            option="auth_type",
+            reason="is not set; Placement needs credentials (e.g. auth_type = password)",
+        )
+    try:
+        ks_loading.load_auth_from_conf_options(conf, group)
+    except ks_exc.NoMatchingPlugin as exc:
+        raise ConfigError(group=group, option="auth_type", reason=str(exc)) from exc
+    except ks_exc.MissingRequiredOptions as exc:
+        names = ", ".join(o.dest for o in exc.options)
+        raise ConfigError(group=group, option=names, reason="required by auth_type") from exc
+    except (cfg.Error, ValueError) as exc:
+        raise ConfigError(group=group, option="auth", reason=str(exc)) from exc
+    # Plugin options are registered by the load above; read them too.
+    for name in list(conf[group]):
+        _read(conf, group, name)
 
 
 def _check_directory(group, option, path):

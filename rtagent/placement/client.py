@@ -12,6 +12,10 @@ from keystoneauth1 import exceptions as ks_exc
 
 from rtagent.placement import errors
 
+# Failures that mean "try again later": connection refused or reset, TLS
+# handshake failures, timeouts, and version discovery that could not connect.
+_TRANSIENT = (ks_exc.ConnectionError, ks_exc.RequestTimeout, ks_exc.DiscoveryFailure)
+
 MICROVERSION = "1.39"
 """Every request is sent at this microversion; the agent needs >= 1.39
 (consumer types in allocation writes, in_tree filtering, name updates)."""
@@ -56,10 +60,18 @@ class PlacementClient:
                 raise_exc=False,
             )
             status = response.status_code
-        except ks_exc.ClientException as exc:
-            # Connection refused or reset, timeouts, endpoint discovery
-            # failures: all mean "try again later" to the caller.
+        except _TRANSIENT as exc:
             raise errors.PlacementUnavailable(method=method, url=url, reason=str(exc)) from exc
+        except ks_exc.HttpError as exc:
+            # From the identity service while authenticating: a 5xx there is
+            # transient like ours; anything else is a credentials problem.
+            if (exc.http_status or 0) >= 500:
+                raise errors.PlacementUnavailable(method=method, url=url, reason=str(exc)) from exc
+            raise errors.PlacementAuthError(method=method, url=url, reason=str(exc)) from exc
+        except ks_exc.ClientException as exc:
+            # No auth plugin, bad credentials, Placement not in the catalog:
+            # retrying will not help until the operator fixes the config.
+            raise errors.PlacementAuthError(method=method, url=url, reason=str(exc)) from exc
         finally:
             self._observer.after(method, url, status, time.monotonic() - started)
         if status >= 400:

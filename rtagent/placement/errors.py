@@ -72,6 +72,16 @@ class ProviderChanging(PlacementError):
     msg_fmt = "Provider {uuid} changed while it was being read"
 
 
+class PlacementAuthError(PlacementError):
+    """keystoneauth could not authenticate or find Placement in the catalog."""
+
+    code = "placement.auth_error"
+    msg_fmt = (
+        "Cannot reach Placement as configured ({method} {url}): {reason}. "
+        "Check the [placement] auth and endpoint options."
+    )
+
+
 class SyncConflictsExhausted(PlacementError):
     """Generation conflicts outlasted the retry policy; the next tick retries."""
 

@@ -11,6 +11,7 @@ import types
 
 from rtagent.tracker import errors
 from rtagent.tracker.model import (
+    DEFERRED_LIMIT_KEYS,
     DISK_GB,
     LIMIT_KEYS,
     MEMORY_MB,
@@ -131,6 +132,8 @@ def check_limits(limits):
     """
     result = {}
     for key, value in (limits or {}).items():
+        if key in DEFERRED_LIMIT_KEYS:
+            continue
         if key not in LIMIT_KEYS:
             raise errors.InvalidClaimRequest(reason=f"unknown limit {key!r}")
         if value is None:
@@ -172,9 +175,13 @@ def refusals(inventories, used, requested, limits=None):
                 f"of capacity {_fmt(inv.capacity)}"
             )
         limit = limits.get(rc)
-        if limit is not None and in_use + amount > limit:
+        # nova's claim tests count the host's reserved memory and disk as
+        # used against these limits (its memory_mb_used starts at the
+        # reservation); reserved CPUs are not counted in vcpus_used.
+        limit_use = in_use + (inv.reserved if rc in (MEMORY_MB, DISK_GB) else 0)
+        if limit is not None and limit_use + amount > limit:
             reasons.append(
-                f"{rc}: requested {amount}, free {_fmt(limit - in_use)} "
+                f"{rc}: requested {amount}, free {_fmt(limit - limit_use)} "
                 f"under the scheduler limit {_fmt(limit)}"
             )
     return reasons

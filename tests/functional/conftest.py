@@ -78,6 +78,7 @@ def make_conf(tmp_path):
         conf([], project="rtagent", default_config_files=[])
         conf.set_override("state_path", str(tmp_path / "state"))
         conf.set_override("connection_uri", DEMO_URI, group="libvirt")
+        (tmp_path / "instances").mkdir(exist_ok=True)
         conf.set_override("instances_path", str(tmp_path / "instances"), group="libvirt")
         for name, value in overrides.items():
             group, _, opt = name.rpartition("__")

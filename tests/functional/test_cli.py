@@ -27,6 +27,7 @@ def placement_process():
 
 
 def write_conf(tmp_path, endpoint="http://127.0.0.1:9", extra=""):
+    (tmp_path / "instances").mkdir(exist_ok=True)
     path = tmp_path / "rtagent.conf"
     path.write_text(
         f"""[DEFAULT]
@@ -63,6 +64,10 @@ def rtagent(*args, timeout=60):
         ("[libvirt]\nconnection_uri = qemu//system\n", "[libvirt] connection_uri:"),
         ("[DEFAULT]\nstate_path = /etc/hostname\n", "[DEFAULT] state_path: /etc/hostname: exists"),
         ("[libvirt]\ninstances_path = /etc/hostname/x\n", "[libvirt] instances_path:"),
+        ("[libvirt]\ninstances_path = /nonexistent/instances\n", "is not an existing directory"),
+        ("[placement]\nauth_type = bogus\n", "[placement] auth_type:"),
+        ("[placement]\nauth_type = password\n", "[placement] auth_url"),
+        ("[placement]\ntimeout = abc\n", "[placement] timeout: invalid value"),
         ("[rtagent]\naudit_interval = soon\n", "[rtagent] audit_interval: invalid value"),
         ("this is not ini\n", "Failed to parse"),
     ],
@@ -77,6 +82,39 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, extra, message):
     assert message in lines[0], lines[0]
     assert "Traceback" not in result.stderr
     assert not os.path.exists(tmp_path / "state" / "rtagent.sqlite"), "nothing was written"
+
+
+def test_missing_auth_type_is_a_config_error(tmp_path):
+    conf = write_conf(tmp_path)
+    conf.write_text(conf.read_text().replace("auth_type = admin_token\n", ""))
+    result = rtagent("--config-file", str(conf), "audit")
+    assert result.returncode == 2
+    assert "[placement] auth_type: is not set" in result.stderr
+
+
+def test_unwritable_log_file_is_one_line(tmp_path):
+    conf = write_conf(tmp_path)
+    result = rtagent("--config-file", str(conf), "--log-file", "/nonexistent/x.log", "audit")
+    assert result.returncode == 2
+    assert result.stderr.startswith("rtagent: error: cannot set up logging")
+    assert "Traceback" not in result.stderr
+
+
+def test_second_agent_on_the_same_state_path_is_refused(tmp_path, placement_process):
+    conf = write_conf(tmp_path, endpoint=placement_process.endpoint)
+    first = subprocess.Popen([RTAGENT, "--config-file", str(conf), "run"], stderr=subprocess.PIPE)
+    try:
+        lock = tmp_path / "state" / "rtagent.lock"
+        deadline = time.monotonic() + 30
+        while not (lock.exists() and lock.read_text().strip() == str(first.pid)):
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.1)
+        result = rtagent("--config-file", str(conf), "audit")
+        assert result.returncode == 2
+        assert f"in use by another rtagent process (pid {first.pid})" in result.stderr
+    finally:
+        first.terminate()
+        first.communicate(timeout=10)
 
 
 def test_unusable_identity_file_is_one_line(tmp_path):

@@ -1,11 +1,12 @@
 """The Placement sync against the real Placement app (its own fixture)."""
 
+import dataclasses
+import os
 import uuid
 
 import pytest
 
 from rtagent.placement import errors
-from rtagent.placement.sync import ProviderSync
 from rtagent.tracker import errors as tracker_errors
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import Recorder, make_adapter
@@ -35,10 +36,12 @@ def test_first_audit_publishes_what_the_host_and_config_imply(make_agent, make_c
     }
     # demo-host.xml via the test driver: 3 online CPUs, 32768 MiB; disk is
     # the real filesystem under tmp_path.
+    st = os.statvfs(conf.libvirt.instances_path)
+    disk_gb = st.f_frsize * st.f_blocks // 2**30
     assert summary == {
         "VCPU": (3, 1, 4.0, 3),  # initial_cpu_allocation_ratio
         "MEMORY_MB": (32768, 512, 1.5, 32768),  # configured ratio
-        "DISK_GB": (host.local_gb, 2, 1.0, host.local_gb),
+        "DISK_GB": (disk_gb, 2, 1.0, disk_gb),
     }
     assert all(inv["min_unit"] == 1 and inv["step_size"] == 1 for inv in invs.values())
     assert get(operator, f"/resource_providers/{node}/traits")["traits"] == ["COMPUTE_NODE"]
@@ -183,12 +186,57 @@ def test_placement_down_fails_the_sync_but_not_claims(make_conf, tmp_path):
         agent.close()
 
 
-def test_sync_view_is_only_updated_by_successful_writes(placement, make_agent):
-    agent = make_agent()
-    agent.audit()
-    view = agent.sync.view
-    assert isinstance(agent.sync, ProviderSync)
-    assert view.get(agent.tracker.node_uuid).generation is not None
+def test_refused_write_leaves_the_view_true_and_others_inventory_alone(make_agent, operator):
+    """An operator's CUSTOM_GOLD inventory on our root survives our syncs; when
+    Placement refuses one of our writes the view is not updated from it."""
+    recorder = Recorder()
+    agent = make_agent(observer=recorder)
+    node = agent.audit().snapshot.node_uuid
+    operator.put("/resource_classes/CUSTOM_GOLD")
+    invs = get(operator, f"/resource_providers/{node}/inventories")
+    resp = operator.post(
+        f"/resource_providers/{node}/inventories",
+        json={
+            "resource_class": "CUSTOM_GOLD",
+            "total": 5,
+            "resource_provider_generation": invs["resource_provider_generation"],
+        },
+    )
+    assert resp.status_code == 201, resp.text
+    # nothing of ours changed: the foreign class is carried, not removed
+    assert agent.audit().sync.operations == ()
+    gold = get(operator, f"/resource_providers/{node}/inventories")["inventories"]["CUSTOM_GOLD"]
+    assert gold["total"] == 5
+
+    # Ask to drop DISK_GB (ours) while it is allocated: Placement refuses.
+    consumer = str(uuid.uuid4())
+    resp = operator.put(
+        f"/allocations/{consumer}",
+        json={
+            "allocations": {node: {"resources": {"DISK_GB": 1, "CUSTOM_GOLD": 1}}},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        },
+    )
+    assert resp.status_code == 204, resp.text
+    host = agent.driver.read_host()
+    agent.driver.read_host = lambda: dataclasses.replace(host, local_gb=0)
+    before = agent.sync.view.get(node)
+    with pytest.raises(errors.InventoryInUse):
+        agent.audit()
+    assert (
+        agent.sync.view.get(node)
+        == before.replace(generation=get(operator, f"/resource_providers/{node}")["generation"])
+        or agent.sync.view.get(node).inventories == before.inventories
+    )
+    assert "DISK_GB" in agent.sync.view.get(node).inventories
+    # the refused write did not cost a full re-read on the next tick
+    recorder.reset()
+    with pytest.raises(errors.InventoryInUse):
+        agent.audit()
+    assert recorder.count("GET") == 1
 
 
 def test_foreign_child_provider_is_left_alone_at_steady_cost(make_agent, operator):

@@ -6,10 +6,19 @@ from rtagent import conf as rtconf
 from rtagent.conf import opts, validation
 from rtagent.virt.libvirt.uri import validate_uri
 
+BASE = """[placement]
+auth_type = admin_token
+endpoint = http://127.0.0.1:9
+token = admin
+[libvirt]
+instances_path = {tmp}
+"""
+
 
 def load(tmp_path, text):
     path = tmp_path / "rtagent.conf"
-    path.write_text(text)
+    # later sections override earlier ones for the same option
+    path.write_text(BASE.format(tmp=tmp_path) + text)
     conf = rtconf.new_conf()
     conf(["--config-file", str(path)], project="rtagent", default_config_files=[])
     return conf
@@ -25,7 +34,7 @@ def test_defaults_are_valid_and_match_nova(tmp_path):
         conf.initial_ram_allocation_ratio,
         conf.initial_disk_allocation_ratio,
     ) == (4.0, 1.0, 1.0)
-    assert conf.libvirt.instances_path == f"{tmp_path}/state/instances"
+    assert conf.libvirt.instances_path == str(tmp_path)
     assert conf.rtagent.audit_interval == 60
     assert conf.placement.service_type == "placement"
 
@@ -38,8 +47,8 @@ def test_defaults_are_valid_and_match_nova(tmp_path):
             "[DEFAULT] cpu_allocation_ratio: invalid value",
         ),
         (
-            "[DEFAULT]\nram_allocation_ratio = 0\n",
-            "[DEFAULT] ram_allocation_ratio: 0.0 must be > 0",
+            "[DEFAULT]\ninitial_ram_allocation_ratio = 0\n",
+            "[DEFAULT] initial_ram_allocation_ratio: 0.0 must be > 0",
         ),
         (
             "[DEFAULT]\ninitial_disk_allocation_ratio = x\n",
@@ -81,3 +90,20 @@ def test_state_path_that_is_a_file(tmp_path):
 def test_every_group_is_listed_for_the_sample():
     groups = {str(g) for g, _ in opts.list_opts()}
     assert groups == {"DEFAULT", "libvirt", "placement", "rtagent"}
+
+
+def test_nova_default_instances_path():
+    conf = rtconf.new_conf()
+    conf([], project="rtagent", default_config_files=[])
+    assert conf.libvirt.instances_path == "/var/lib/nova/instances"
+
+
+def test_zero_ratio_means_unset_as_in_nova(tmp_path):
+    from rtagent import service
+    from rtagent.resources import MEMORY_MB, VCPU
+
+    conf = load(tmp_path, f"[DEFAULT]\nstate_path = {tmp_path}\nram_allocation_ratio = 0.0\n")
+    validation.validate(conf)
+    policy = service.policy_from_conf(conf)
+    assert policy.managed_ratio(MEMORY_MB) is None
+    assert policy.managed_ratio(VCPU) is None

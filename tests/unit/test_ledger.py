@@ -106,6 +106,9 @@ INVS = ledger.inventories(HOST, policy())  # VCPU cap 64, MEM cap 32256, DISK ca
         ({DISK_GB: 499}, {DISK_GB: 2, VCPU: 99}, {}, [DISK_GB, VCPU]),  # every reason listed
         ({VCPU: 10}, {VCPU: 4}, {VCPU: 12}, [VCPU]),  # scheduler limit
         ({VCPU: 8}, {VCPU: 4}, {VCPU: 12}, []),
+        # memory limits count the 512 MiB reservation as used, as nova does
+        ({MEMORY_MB: 1000}, {MEMORY_MB: 500}, {MEMORY_MB: 2012}, []),
+        ({MEMORY_MB: 1000}, {MEMORY_MB: 501}, {MEMORY_MB: 2012}, [MEMORY_MB]),
         ({}, {"CUSTOM_GPU": 1}, {}, ["CUSTOM_GPU"]),  # no such inventory
     ],
 )
@@ -119,6 +122,7 @@ def test_refusals(used, requested, limits, refused):
     [
         (None, {}),
         ({"vcpu": 10, "memory_mb": 2048.5, "disk_gb": None}, {VCPU: 10, MEMORY_MB: 2048.5}),
+        ({"numa_topology": {"cells": []}}, {}),  # NUMA claims: a later issue
     ],
 )
 def test_check_limits(limits, expected):

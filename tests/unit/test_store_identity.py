@@ -96,3 +96,35 @@ def test_identity_file_disagreeing_with_store_is_refused(tmp_path):
     with pytest.raises(errors.NodeIdentityError, match="rtagent will not pick one"):
         identity.load_or_create(str(tmp_path), store)
     assert (tmp_path / "compute_id").read_text() == other
+
+
+def test_store_commits_are_fsynced_wal(tmp_path):
+    store = Store(str(tmp_path))
+    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    store.close()
+
+
+def test_existing_state_dir_keeps_its_mode(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    Store(str(shared)).close()
+    assert mode(shared) == 0o755
+
+
+def test_world_writable_state_dir_is_refused(tmp_path):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    with pytest.raises(errors.StateError, match="world-writable"):
+        Store(str(open_dir))
+    assert not (open_dir / "rtagent.sqlite").exists()
+
+
+def test_a_second_store_on_the_same_state_path_is_refused(tmp_path):
+    first = Store(str(tmp_path))
+    with pytest.raises(errors.StateError, match=f"another rtagent process \\(pid {os.getpid()}\\)"):
+        Store(str(tmp_path))
+    first.close()
+    Store(str(tmp_path)).close()  # released on close

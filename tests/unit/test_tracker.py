@@ -159,3 +159,20 @@ def test_placement_ratio_is_used_when_none_is_configured(tracker):
     assert tracker.snapshot().inventories[VCPU].capacity == 4
     with pytest.raises(errors.ComputeResourcesUnavailable):
         tracker.instance_claim(str(uuid.uuid4()), Flavor(5, 64))
+
+
+def test_placement_ratios_survive_a_restart(tmp_path):
+    """Restarted while Placement is down, the agent must not fall back to the
+    initial ratios (4.0) and grant what Placement's ratio (1.0) forbids."""
+    tracker, store = make_tracker(tmp_path)
+    tracker.update_host(HOST)
+    tracker.set_placement_ratios({VCPU: 1.0})
+    store.close()
+
+    again, store2 = make_tracker(tmp_path)
+    again.update_host(HOST)  # no sync: Placement is unreachable
+    assert again.snapshot().inventories[VCPU].capacity == 4
+    again.instance_claim(str(uuid.uuid4()), Flavor(4, 64))
+    with pytest.raises(errors.ComputeResourcesUnavailable):
+        again.instance_claim(str(uuid.uuid4()), Flavor(1, 64))
+    store2.close()
