@@ -47,6 +47,18 @@ class InstanceClaimConflict(TrackerError):
     )
 
 
+class InstanceNotFound(TrackerError):
+    code = "tracker.instance_not_found"
+    msg_fmt = "Instance {instance_uuid} is not tracked on node {node}."
+
+
+class HostUnavailable(TrackerError):
+    """The hypervisor cannot be read; claims wait until it can."""
+
+    code = "tracker.host_unavailable"
+    msg_fmt = "Node {node} is unavailable: {reason}. Claims are refused until it returns."
+
+
 class StateError(TrackerError):
     """The durable state cannot be read or written."""
 

@@ -116,13 +116,103 @@ def requested_resources(flavor, volume_backed=False):
     return {rc: amount for rc, amount in requested.items() if amount > 0}
 
 
-def usage(instances):
-    """Resource class -> total amount held by ``instances``."""
+def latest_migrations(migrations):
+    """instance UUID -> the most recently updated of its migrations.
+
+    Several moves of one instance can be on record (a retried resize, a
+    stale record); like nova, only the latest one counts.
+    """
+    latest = {}
+    for migration in migrations:
+        current = latest.get(migration.instance_uuid)
+        if current is None or migration.seq > current.seq:
+            latest[migration.instance_uuid] = migration
+    return latest
+
+
+def holdings(node_uuid, instances, migrations):
+    """What ``node_uuid`` holds: a list of (resources, assigned) pairs.
+
+    * an instance on this node holds its flavor;
+    * an incoming move not yet finished holds the new flavor at the
+      destination; once the instance has left, an outgoing move holds the
+      old flavor at the source until it is confirmed or reverted;
+    * a same-node resize holds the larger of the two flavors, per class,
+      until it is confirmed or reverted.
+
+    :param instances: mapping of instance UUID -> Instance on this node.
+    :param migrations: iterable of Migration records involving this node.
+    """
+    moves = latest_migrations(migrations)
+    held = []
+    for instance in instances.values():
+        move = moves.get(instance.uuid)
+        if move is not None and move.same_node:
+            held.append(
+                (
+                    _per_class_max(move.old_resources, move.new_resources),
+                    _union_ids(instance.assigned, move.old_assigned, move.new_assigned),
+                )
+            )
+        else:
+            held.append((instance.resources, instance.assigned))
+    for move in moves.values():
+        if move.instance_uuid in instances:
+            continue  # counted above, through the instance
+        if move.same_node:
+            held.append(
+                (
+                    _per_class_max(move.old_resources, move.new_resources),
+                    _union_ids(move.old_assigned, move.new_assigned),
+                )
+            )
+        elif move.dest_node == node_uuid:
+            held.append((move.new_resources, move.new_assigned))
+        elif move.source_node == node_uuid:
+            held.append((move.old_resources, move.old_assigned))
+    return held
+
+
+def usage(held, extra=()):
+    """Resource class -> total amount in ``held`` (from :func:`holdings`).
+
+    :param extra: more resource mappings to add (e.g. untracked domains).
+    """
     used = dict.fromkeys(STANDARD_CLASSES, 0)
-    for instance in instances:
-        for rc, amount in instance.resources.items():
+    for resources in [r for r, _ in held] + list(extra):
+        for rc, amount in resources.items():
             used[rc] = used.get(rc, 0) + amount
     return used
+
+
+def instance_usage(instances):
+    """Usage of plain instances (no moves): a convenience for callers and tests."""
+    return usage([(i.resources, i.assigned) for i in instances])
+
+
+def move_request(old_resources, new_resources, same_node):
+    """What a move claim must find free: the new flavor at another node, or
+    only the growth over the old flavor for a same-node resize."""
+    if not same_node:
+        return dict(new_resources)
+    grown = {}
+    for rc, amount in new_resources.items():
+        extra = amount - old_resources.get(rc, 0)
+        if extra > 0:
+            grown[rc] = extra
+    return grown
+
+
+def _per_class_max(a, b):
+    return {rc: max(a.get(rc, 0), b.get(rc, 0)) for rc in set(a) | set(b)}
+
+
+def _union_ids(*assigned):
+    merged = {}
+    for mapping in assigned:
+        for rc, ids in mapping.items():
+            merged[rc] = tuple(sorted(set(merged.get(rc, ())) | set(ids)))
+    return merged
 
 
 def check_limits(limits):

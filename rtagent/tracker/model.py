@@ -65,14 +65,40 @@ class Flavor:
         return cls(**data)
 
 
+# vm_states (nova's names) that release an instance's usage on this node.
+RELEASED_VM_STATES = frozenset({"deleted", "shelved_offloaded"})
+
+# Move types, as nova names them in Migration.migration_type.
+MOVE_TYPES = frozenset({"resize", "migration", "live-migration", "evacuation"})
+# Moves whose claim ends when the instance lands (nothing to confirm).
+SELF_CONFIRMING_MOVES = frozenset({"live-migration", "evacuation"})
+
+
+def _frozen_ids(assigned):
+    return frozen_map({rc: tuple(ids) for rc, ids in (assigned or {}).items()})
+
+
 @dataclasses.dataclass(frozen=True)
 class Instance:
-    """A tracked instance and the resources its claim holds."""
+    """An instance whose usage this node holds.
+
+    :param resources: resource class -> amount, derived from the flavor.
+    :param assigned: resource class -> identifiers claimed by this instance
+        (e.g. specific devices), see :mod:`rtagent.tracker.assigned`.
+    :param vm_state, task_state: nova's states, for the scheduler's stats.
+    """
 
     uuid: str
     flavor: Flavor
     resources: types.MappingProxyType
     volume_backed: bool = False
+    vm_state: str = "building"
+    task_state: str | None = None
+    project_id: str = ""
+    assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
 
     def to_dict(self):
         return {
@@ -80,6 +106,10 @@ class Instance:
             "flavor": self.flavor.to_dict(),
             "resources": dict(self.resources),
             "volume_backed": self.volume_backed,
+            "vm_state": self.vm_state,
+            "task_state": self.task_state,
+            "project_id": self.project_id,
+            "assigned": {rc: list(ids) for rc, ids in self.assigned.items()},
         }
 
     @classmethod
@@ -89,7 +119,68 @@ class Instance:
             flavor=Flavor.from_dict(data["flavor"]),
             resources=frozen_map(data["resources"]),
             volume_backed=bool(data.get("volume_backed", False)),
+            vm_state=data.get("vm_state", "active"),
+            task_state=data.get("task_state"),
+            project_id=data.get("project_id", ""),
+            assigned=_frozen_ids(data.get("assigned")),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """A move in progress that involves this node (as source, destination or
+    both), with nova's meaning of its fields.
+
+    Nodes are named by node UUID. ``old_*`` is what the instance holds at
+    the source, ``new_*`` what it claims at the destination. ``seq`` orders
+    updates: when several moves of one instance are in progress, the most
+    recently updated one is the one that counts.
+    """
+
+    uuid: str
+    instance_uuid: str
+    migration_type: str
+    source_node: str
+    dest_node: str
+    old_flavor: Flavor
+    new_flavor: Flavor
+    old_resources: types.MappingProxyType
+    new_resources: types.MappingProxyType
+    status: str = "pre-migrating"
+    seq: int = 0
+    project_id: str = ""
+    old_assigned: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: frozen_map({})
+    )
+    new_assigned: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: frozen_map({})
+    )
+
+    @property
+    def same_node(self):
+        return self.source_node == self.dest_node
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self):
+        data = dataclasses.asdict(self)
+        for key in ("old_resources", "new_resources"):
+            data[key] = dict(getattr(self, key))
+        for key in ("old_assigned", "new_assigned"):
+            data[key] = {rc: list(ids) for rc, ids in getattr(self, key).items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data):
+        data = dict(data)
+        for key in ("old_flavor", "new_flavor"):
+            data[key] = Flavor.from_dict(data[key])
+        for key in ("old_resources", "new_resources"):
+            data[key] = frozen_map(data[key])
+        for key in ("old_assigned", "new_assigned"):
+            data[key] = _frozen_ids(data.get(key))
+        return cls(**data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +203,12 @@ class NodeSnapshot:
     :param usage: resource class -> amount used by tracked instances.
     :param instances: tracked instances, sorted by UUID.
     :param policy: the :class:`rtagent.tracker.ledger.ResourcePolicy` in force.
+    :param migrations: moves in progress involving this node, sorted by UUID.
+    :param stats: nova's scheduler stats (strings), see :mod:`.stats`.
+    :param drift: a :class:`rtagent.tracker.drift.Drift` (host vs claims).
+    :param assigned_missing: resource class -> identifiers assigned to
+        instances that the node no longer offers.
+    :param unavailable: why the hypervisor cannot be read now, or None.
     """
 
     node_uuid: str
@@ -120,6 +217,13 @@ class NodeSnapshot:
     usage: types.MappingProxyType
     instances: tuple
     policy: object = None
+    migrations: tuple = ()
+    stats: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
+    drift: object = None
+    assigned_missing: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: frozen_map({})
+    )
+    unavailable: str | None = None
 
     @property
     def hypervisor_hostname(self):

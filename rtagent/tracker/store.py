@@ -14,17 +14,21 @@ import os
 import sqlite3
 
 from rtagent.tracker import errors
-from rtagent.tracker.model import Instance
+from rtagent.tracker.model import Instance, Migration
+from rtagent.tracker.state import Changes
 
 LOG = logging.getLogger(__name__)
 
 DB_NAME = "rtagent.sqlite"
 LOCK_NAME = "rtagent.lock"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
+# Version 2 added the migrations table; version 1 stores open unchanged.
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS instances ("
+    " uuid TEXT PRIMARY KEY, node_uuid TEXT NOT NULL, body TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS migrations ("
     " uuid TEXT PRIMARY KEY, node_uuid TEXT NOT NULL, body TEXT NOT NULL)",
 )
 
@@ -113,7 +117,7 @@ class Store:
 
     def _check_schema(self):
         found = self.get_meta("schema_version")
-        if found is None:
+        if found is None or int(found) < SCHEMA_VERSION:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
         elif int(found) > SCHEMA_VERSION:
             raise errors.StateError(
@@ -159,19 +163,56 @@ class Store:
         except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
             raise errors.StateError(path=self.path, reason=f"unreadable instance: {exc}") from exc
 
+    def load_migrations(self, node_uuid):
+        """Every move recorded on ``node_uuid``, sorted by UUID."""
+        try:
+            rows = self._db.execute(
+                "SELECT body FROM migrations WHERE node_uuid = ? ORDER BY uuid", (node_uuid,)
+            ).fetchall()
+            return [Migration.from_dict(json.loads(body)) for (body,) in rows]
+        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+            raise errors.StateError(path=self.path, reason=f"unreadable migration: {exc}") from exc
+
+    def apply(self, node_uuid, changes):
+        """Write a :class:`rtagent.tracker.state.Changes` in ONE transaction.
+
+        Durable when this returns; on error nothing of it was written.
+
+        :raises StateError: the write failed.
+        """
+        try:
+            with self._transaction():
+                for instance in changes.put_instances:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO instances (uuid, node_uuid, body) VALUES (?, ?, ?)",
+                        (instance.uuid, node_uuid, _dump(instance)),
+                    )
+                for uuid in changes.delete_instances:
+                    self._db.execute("DELETE FROM instances WHERE uuid = ?", (uuid,))
+                for migration in changes.put_migrations:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO migrations (uuid, node_uuid, body)"
+                        " VALUES (?, ?, ?)",
+                        (migration.uuid, node_uuid, _dump(migration)),
+                    )
+                for uuid in changes.delete_migrations:
+                    self._db.execute("DELETE FROM migrations WHERE uuid = ?", (uuid,))
+        except sqlite3.Error as exc:
+            raise errors.StateError(path=self.path, reason=str(exc)) from exc
+
     def put_instance(self, node_uuid, instance):
-        """Insert or replace ``instance``; durable when this returns."""
-        body = json.dumps(instance.to_dict(), sort_keys=True)
-        self._write(
-            "INSERT OR REPLACE INTO instances (uuid, node_uuid, body) VALUES (?, ?, ?)",
-            (instance.uuid, node_uuid, body),
-        )
+        """Insert or replace one instance; durable when this returns."""
+        self.apply(node_uuid, Changes(put_instances=(instance,)))
 
     def delete_instance(self, instance_uuid):
-        """Forget ``instance_uuid``; durable when this returns."""
-        self._write("DELETE FROM instances WHERE uuid = ?", (instance_uuid,))
+        """Forget one instance; durable when this returns."""
+        self.apply(None, Changes(delete_instances=(instance_uuid,)))
 
     def close(self):
         """Close the database and release the state directory. Idempotent."""
         self._db.close()
         self._release_lock()
+
+
+def _dump(record):
+    return json.dumps(record.to_dict(), sort_keys=True)

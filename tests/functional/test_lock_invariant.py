@@ -84,6 +84,6 @@ def test_the_check_detects_a_call_under_the_lock(make_agent):
     agent = make_agent(observer=checker)
     checker.tracker = agent.tracker
     snapshot = agent.tracker.update_host(agent.driver.read_host())
-    with agent.tracker._locked():
+    with agent.tracker._locked("test"):
         agent.sync.sync(desired_tree(snapshot))
     assert checker.under_lock and checker.under_lock[0][0] == "GET"

@@ -88,7 +88,7 @@ def test_requested_resources(flavor, volume_backed, expected):
 
 
 def test_usage_sums_instances():
-    used = ledger.usage([instance("a", 2, 100, 10), instance("b", 3, 200, 0)])
+    used = ledger.instance_usage([instance("a", 2, 100, 10), instance("b", 3, 200, 0)])
     assert used == {VCPU: 5, MEMORY_MB: 300, DISK_GB: 10}
 
 

@@ -129,7 +129,7 @@ def test_lock_serves_waiting_claims_in_arrival_order(tracker, tmp_path):
     tiny = Flavor(vcpus=1, memory_mb=64, root_gb=1)
     pending = tracker._lock._pending_writers  # fasteners' FIFO of waiters
     threads = []
-    with tracker._locked():
+    with tracker._locked("test"):
         for i, uid in enumerate(uids):
             t = threading.Thread(target=tracker.instance_claim, args=(uid, tiny))
             t.start()
@@ -145,7 +145,7 @@ def test_lock_serves_waiting_claims_in_arrival_order(tracker, tmp_path):
 
 def test_lock_held_by_current_thread_is_per_thread(tracker):
     seen = []
-    with tracker._locked():
+    with tracker._locked("test"):
         assert tracker.lock_held_by_current_thread()
         t = threading.Thread(target=lambda: seen.append(tracker.lock_held_by_current_thread()))
         t.start()

@@ -1,0 +1,69 @@
+"""Instance claims and instance updates as pure state transitions."""
+
+from rtagent.resources import frozen_map
+from rtagent.tracker import errors
+from rtagent.tracker.model import RELEASED_VM_STATES
+from rtagent.tracker.state import ensure_fits
+
+
+def claim_instance(state, ctx, instance, limits=None, assigned_request=None):
+    """``state`` with ``instance`` claimed on the node.
+
+    A repeated claim for the same instance and resources returns ``state``
+    unchanged (callers may retry).
+
+    :raises ComputeResourcesUnavailable: it does not fit.
+    :raises InstanceClaimConflict: the instance holds different resources,
+        or is in a move on this node.
+    """
+    existing = state.instances.get(instance.uuid)
+    if existing is not None:
+        if dict(existing.resources) == dict(instance.resources):
+            return state
+        raise errors.InstanceClaimConflict(
+            instance_uuid=instance.uuid,
+            existing=dict(existing.resources),
+            requested=dict(instance.resources),
+        )
+    if state.migrations_of(instance.uuid):
+        raise errors.InstanceClaimConflict(
+            instance_uuid=instance.uuid,
+            existing="a move in progress on this node",
+            requested=dict(instance.resources),
+        )
+    chosen = ensure_fits(
+        state,
+        ctx,
+        dict(instance.resources),
+        limits=limits,
+        instance_uuid=instance.uuid,
+        assigned_request=assigned_request,
+    )
+    return state.with_instance(instance.replace(assigned=frozen_map(chosen)))
+
+
+def remove_instance(state, instance_uuid):
+    """``state`` without the instance and without its moves on this node."""
+    state = state.without_instance(instance_uuid)
+    return state.without_migrations(m.uuid for m in state.migrations_of(instance_uuid))
+
+
+def update_instance(state, instance_uuid, vm_state=None, task_state=None, set_task=False):
+    """Record nova state changes; a deleted or shelved-offloaded instance
+    releases its usage (and its record) here.
+
+    :param set_task: True to set ``task_state`` even to None (nova clears
+        task_state by setting it to None).
+    :raises InstanceNotFound: the instance is not on this node.
+    """
+    instance = state.instances.get(instance_uuid)
+    if instance is None:
+        raise errors.InstanceNotFound(instance_uuid=instance_uuid, node=state.node_uuid)
+    if vm_state in RELEASED_VM_STATES:
+        return remove_instance(state, instance_uuid)
+    changes = {}
+    if vm_state is not None:
+        changes["vm_state"] = vm_state
+    if task_state is not None or set_task:
+        changes["task_state"] = task_state
+    return state.with_instance(instance.replace(**changes))

@@ -1,0 +1,149 @@
+"""Moves (resize, cold migration, live migration, evacuation) as pure state
+transitions, with nova's accounting on both nodes.
+
+The life of a move, seen from each node it involves::
+
+    start   dest: claims the new flavor (fit-checked)
+            source: records the outgoing move (the instance keeps its usage)
+            same node (resize): claims only the growth over the old flavor
+    finish  dest: the instance now lives here, with the new flavor
+            source: the instance has left; the old flavor stays held
+            live migration / evacuation: the move is over at once
+    confirm source frees the old flavor; dest keeps the instance
+    revert  dest frees the new flavor; source takes the instance back
+
+Confirm, revert and finish of a move this node does not know return the
+state unchanged, so a retried call is harmless.
+"""
+
+from rtagent.resources import frozen_map
+from rtagent.tracker import errors, ledger
+from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
+from rtagent.tracker.state import ensure_fits
+
+
+def start_move(state, ctx, migration, limits=None, assigned_request=None):
+    """``state`` with ``migration`` recorded (and claimed where needed).
+
+    A newer move of the same instance supersedes older ones on this node:
+    they no longer match the instance's move and are dropped (nova marks
+    them as error).
+
+    :raises InvalidClaimRequest: unknown type, or the move does not
+        involve this node, or the instance is not where the move says.
+    :raises ComputeResourcesUnavailable: the destination cannot fit it.
+    """
+    node = state.node_uuid
+    if migration.migration_type not in MOVE_TYPES:
+        raise errors.InvalidClaimRequest(reason=f"unknown move type {migration.migration_type!r}")
+    if node not in (migration.source_node, migration.dest_node):
+        raise errors.InvalidClaimRequest(
+            reason=f"move {migration.uuid} does not involve node {node}"
+        )
+    existing = state.migrations.get(migration.uuid)
+    if existing is not None:
+        return state  # a retry of the same start
+    here = state.instances.get(migration.instance_uuid)
+    stale = [m.uuid for m in state.migrations_of(migration.instance_uuid)]
+    state = state.without_migrations(stale)
+    if migration.same_node or migration.source_node == node:
+        if here is None:
+            raise errors.InvalidClaimRequest(
+                reason=f"instance {migration.instance_uuid} is not on source node {node}"
+            )
+        migration = migration.replace(old_assigned=here.assigned, project_id=here.project_id)
+    if migration.dest_node == node:
+        if here is not None and not migration.same_node:
+            raise errors.InvalidClaimRequest(
+                reason=f"instance {migration.instance_uuid} is already on destination node {node}"
+            )
+        requested = ledger.move_request(
+            migration.old_resources, migration.new_resources, migration.same_node
+        )
+        chosen = ensure_fits(
+            state,
+            ctx,
+            requested,
+            limits=limits,
+            instance_uuid=migration.instance_uuid,
+            assigned_request=assigned_request,
+        )
+        migration = migration.replace(new_assigned=frozen_map(chosen))
+    return state.with_migration(migration)
+
+
+def finish_move(state, migration_uuid):
+    """The instance has landed at the destination."""
+    move = state.migrations.get(migration_uuid)
+    if move is None:
+        return state
+    node = state.node_uuid
+    here = state.instances.get(move.instance_uuid)
+    if move.same_node:
+        state = state.with_instance(
+            here.replace(
+                flavor=move.new_flavor,
+                resources=move.new_resources,
+                assigned=move.new_assigned,
+            )
+        )
+    elif move.dest_node == node:
+        state = state.with_instance(
+            Instance(
+                uuid=move.instance_uuid,
+                flavor=move.new_flavor,
+                resources=move.new_resources,
+                vm_state="active",
+                project_id=move.project_id,
+                assigned=move.new_assigned,
+            )
+        )
+    else:
+        state = state.without_instance(move.instance_uuid)
+    if move.migration_type in SELF_CONFIRMING_MOVES:
+        return state.without_migrations([migration_uuid])
+    return state.with_migration(move.replace(status="finished"))
+
+
+def confirm_move(state, migration_uuid):
+    """The move is kept: the source frees the old flavor."""
+    move = state.migrations.get(migration_uuid)
+    if move is None:
+        return state
+    if move.same_node and move.status != "finished":
+        # Confirming before finishing: the new flavor becomes the instance's.
+        state = finish_move(state, migration_uuid)
+    return state.without_migrations([migration_uuid])
+
+
+def revert_move(state, migration_uuid):
+    """The move is undone: the destination frees the new flavor and the
+    source holds the instance with its old flavor again."""
+    move = state.migrations.get(migration_uuid)
+    if move is None:
+        return state
+    node = state.node_uuid
+    here = state.instances.get(move.instance_uuid)
+    if move.same_node:
+        if here is not None:
+            state = state.with_instance(
+                here.replace(
+                    flavor=move.old_flavor,
+                    resources=move.old_resources,
+                    assigned=move.old_assigned,
+                )
+            )
+    elif move.dest_node == node:
+        state = state.without_instance(move.instance_uuid)
+    elif here is None:
+        state = state.with_instance(
+            Instance(
+                uuid=move.instance_uuid,
+                flavor=move.old_flavor,
+                resources=move.old_resources,
+                vm_state="active",
+                project_id=move.project_id,
+                assigned=move.old_assigned,
+            )
+        )
+    return state.without_migrations([migration_uuid])

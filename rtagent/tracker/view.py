@@ -1,0 +1,60 @@
+"""The compute-node view a Nova scheduler reads (``HostState``), as a pure
+function of a node snapshot.
+
+Field names and meanings are nova's ComputeNode's: ``memory_mb_used`` and
+``local_gb_used`` start at the host's reservation, ``vcpus_used`` does not.
+"""
+
+import datetime
+import json
+
+from rtagent.resources import DISK_GB, MEMORY_MB, VCPU
+
+
+def compute_node(snapshot, host_ip, now=None):
+    """The compute-node dict for ``snapshot``.
+
+    :param host_ip: the node's IP address (``[DEFAULT] my_ip``).
+    :param now: a timezone-aware datetime for ``updated_at`` (default: now).
+    """
+    host = snapshot.host
+    policy = snapshot.policy
+    invs = snapshot.inventories
+    used = snapshot.usage
+    memory_mb = host.memory_mb if host else 0
+    local_gb = host.local_gb if host else 0
+    memory_used = policy.reserved_host_memory_mb + used.get(MEMORY_MB, 0)
+    local_used = policy.reserved_host_disk_mb / 1024 + used.get(DISK_GB, 0)
+    free_disk = local_gb - local_used
+    least = getattr(host, "disk_available_least", None)
+    updated = (now or datetime.datetime.now(datetime.timezone.utc)).isoformat()
+    return {
+        "uuid": snapshot.node_uuid,
+        "hypervisor_hostname": snapshot.hypervisor_hostname,
+        "hypervisor_type": host.hypervisor_type if host else None,
+        "hypervisor_version": host.hypervisor_version if host else None,
+        "host_ip": host_ip,
+        "vcpus": host.vcpus if host else 0,
+        "vcpus_used": used.get(VCPU, 0),
+        "memory_mb": memory_mb,
+        "memory_mb_used": memory_used,
+        "free_ram_mb": memory_mb - memory_used,
+        "local_gb": local_gb,
+        "local_gb_used": local_used,
+        "free_disk_gb": free_disk,
+        "disk_available_least": least if least is not None else int(free_disk),
+        "running_vms": len(snapshot.instances),
+        "current_workload": int(snapshot.stats.get("io_workload", "0")),
+        "stats": dict(snapshot.stats),
+        "cpu_allocation_ratio": _ratio(invs, VCPU),
+        "ram_allocation_ratio": _ratio(invs, MEMORY_MB),
+        "disk_allocation_ratio": _ratio(invs, DISK_GB),
+        "cpu_info": getattr(host, "cpu_info", None) or json.dumps({}),
+        "supported_instances": [list(s) for s in getattr(host, "supported_instances", ())],
+        "updated_at": updated,
+    }
+
+
+def _ratio(invs, rc):
+    inv = invs.get(rc)
+    return inv.allocation_ratio if inv is not None else None
