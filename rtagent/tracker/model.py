@@ -164,11 +164,15 @@ class Migration:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self):
-        data = dataclasses.asdict(self)
+        # Field by field: asdict() would deep-copy the read-only mappings,
+        # which cannot be copied.
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for key in ("old_flavor", "new_flavor"):
+            data[key] = data[key].to_dict()
         for key in ("old_resources", "new_resources"):
-            data[key] = dict(getattr(self, key))
+            data[key] = dict(data[key])
         for key in ("old_assigned", "new_assigned"):
-            data[key] = {rc: list(ids) for rc, ids in getattr(self, key).items()}
+            data[key] = {rc: list(ids) for rc, ids in data[key].items()}
         return data
 
     @classmethod

@@ -75,8 +75,8 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None):
 def finish_move(state, migration_uuid):
     """The instance has landed at the destination."""
     move = state.migrations.get(migration_uuid)
-    if move is None:
-        return state
+    if move is None or move.status == "finished":
+        return state  # unknown, or a retried finish
     node = state.node_uuid
     here = state.instances.get(move.instance_uuid)
     if move.same_node:

@@ -1,5 +1,6 @@
 """The tracker over a real SQLite store: claims, refusals, restart, fairness."""
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -176,3 +177,125 @@ def test_placement_ratios_survive_a_restart(tmp_path):
     with pytest.raises(errors.ComputeResourcesUnavailable):
         again.instance_claim(str(uuid.uuid4()), Flavor(1, 64))
     store2.close()
+
+
+def test_untracked_running_domains_count_as_used_by_default(tmp_path):
+    from rtagent.virt.host import DOMAIN_RUNNING, DomainInfo
+
+    squatter = DomainInfo(str(uuid.uuid4()), "by-hand", DOMAIN_RUNNING, 13, 1024)
+    host = dataclasses.replace(HOST, domains=(squatter,))
+    tracker, store = make_tracker(tmp_path)
+    snap = tracker.update_host(host)
+    assert [d.uuid for d in snap.drift.untracked] == [squatter.uuid]
+    assert snap.usage[VCPU] == 13
+    with pytest.raises(errors.ComputeResourcesUnavailable):
+        tracker.instance_claim(str(uuid.uuid4()), Flavor(4, 64))  # 16 - 13 < 4
+    store.close()
+
+    counted_out, store2 = make_tracker(tmp_path)
+    counted_out._count_untracked = False
+    counted_out.update_host(host)
+    counted_out.instance_claim(str(uuid.uuid4()), Flavor(4, 64))
+    store2.close()
+
+
+def test_claims_wait_for_an_unavailable_host(tracker):
+    tracker.mark_host_unavailable("libvirt connection lost")
+    with pytest.raises(errors.HostUnavailable, match="libvirt connection lost"):
+        tracker.instance_claim(str(uuid.uuid4()), SMALL)
+    assert tracker.snapshot().unavailable == "libvirt connection lost"
+    tracker.update_host(HOST)
+    tracker.instance_claim(str(uuid.uuid4()), SMALL)
+
+
+def test_moves_and_assigned_resources_survive_a_restart(tmp_path):
+    tracker, store = make_tracker(tmp_path)
+    tracker.update_host(HOST)
+    tracker.set_offered_resources({"CUSTOM_VGPU": ["g0", "g1", "g2"]})
+    here = str(uuid.uuid4())
+    tracker.instance_claim(here, SMALL, assigned={"CUSTOM_VGPU": 1})
+    other = str(uuid.uuid4())
+    tracker.start_move(
+        str(uuid.uuid4()),
+        here,
+        "resize",
+        source_node=tracker.node_uuid,
+        dest_node=tracker.node_uuid,
+        old_flavor=SMALL,
+        new_flavor=Flavor(2, 1024, 20),
+        assigned={"CUSTOM_VGPU": 1},
+    )
+    incoming = str(uuid.uuid4())
+    tracker.start_move(
+        incoming,
+        other,
+        "migration",
+        source_node=str(uuid.uuid4()),
+        dest_node=tracker.node_uuid,
+        old_flavor=SMALL,
+    )
+    before = tracker.snapshot()
+    store.close()
+
+    again, store2 = make_tracker(tmp_path)
+    again.set_offered_resources({"CUSTOM_VGPU": ["g0", "g1", "g2"]})
+    after = again.update_host(HOST)
+    assert after.instances == before.instances
+    assert after.migrations == before.migrations
+    assert dict(after.usage) == dict(before.usage)
+    assert after.instances[0].assigned == {"CUSTOM_VGPU": ("g0",)}
+    # the same-node resize holds g0 and g1; only g2 is free
+    with pytest.raises(errors.ComputeResourcesUnavailable):
+        again.instance_claim(str(uuid.uuid4()), SMALL, assigned={"CUSTOM_VGPU": 2})
+    assert again.finish_move(incoming) is True
+    finished = again.snapshot()
+    assert again.finish_move(incoming) is True  # a retry changes nothing
+    assert again.snapshot() == finished
+    assert again.confirm_move(incoming) is True
+    assert again.confirm_move(incoming) is False  # the move is over
+    store2.close()
+
+
+def test_refused_move_changes_neither_memory_nor_store(tracker, tmp_path):
+    tracker.instance_claim(str(uuid.uuid4()), Flavor(3, 3000, 10))
+    before, stored = tracker.snapshot(), rows(tmp_path)
+    with pytest.raises(errors.ComputeResourcesUnavailable):
+        tracker.start_move(
+            str(uuid.uuid4()),
+            str(uuid.uuid4()),
+            "resize",
+            source_node=str(uuid.uuid4()),
+            dest_node=tracker.node_uuid,
+            old_flavor=SMALL,
+            new_flavor=Flavor(2, 2048, 10),
+        )
+    assert tracker.snapshot() == before
+    assert rows(tmp_path) == stored
+
+
+def test_claims_and_audits_are_served_in_arrival_order(tracker):
+    """Claims and audits queued behind the lock are served first come, first
+    served: neither kind overtakes or starves the other."""
+    pending = tracker._lock._pending_writers
+    arrivals, threads = [], []
+    tiny = Flavor(vcpus=1, memory_mb=64, root_gb=1)
+    with tracker._locked("test"):
+        for i in range(16):
+            if i % 3 == 0:
+                target, args, key = tracker.update_host, (HOST,), None
+            else:
+                uid = str(uuid.uuid4())
+                target, args, key = tracker.instance_claim, (uid, tiny), uid
+            arrivals.append(("update_host" if key is None else "instance_claim", key))
+            t = threading.Thread(target=target, args=args)
+            t.start()
+            threads.append(t)
+            deadline = time.monotonic() + 5
+            while len(pending) < i + 1:
+                assert time.monotonic() < deadline, "thread never queued"
+                time.sleep(0.001)
+    for t in threads:
+        t.join(10)
+    served = [(op, key) for _, op, key in tracker.recent_operations()]
+    served = served[served.index(("test", None)) + 1 :]
+    assert served[: len(arrivals)] == arrivals

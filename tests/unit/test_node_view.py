@@ -1,0 +1,160 @@
+"""Stats, drift, assigned resources and the compute-node view: pure tables."""
+
+import datetime
+
+import pytest
+
+from rtagent.resources import DISK_GB, MEMORY_MB, VCPU, frozen_map
+from rtagent.tracker import assigned, drift, errors, stats, view
+from rtagent.tracker.ledger import ResourcePolicy, inventories
+from rtagent.tracker.model import Flavor, Instance, NodeSnapshot
+from rtagent.virt.host import DOMAIN_PAUSED, DOMAIN_RUNNING, DOMAIN_SHUTOFF, DomainInfo, HostView
+
+
+def inst(uuid, vm_state="active", task_state=None, project="p1", vcpus=1):
+    flavor = Flavor(vcpus, 512, 10)
+    res = frozen_map({VCPU: vcpus, MEMORY_MB: 512, DISK_GB: 10})
+    return Instance(uuid, flavor, res, vm_state=vm_state, task_state=task_state, project_id=project)
+
+
+def test_stats_are_novas_keys_as_strings():
+    got = stats.stats(
+        [
+            inst("a"),
+            inst("b", "building"),
+            inst("c", task_state="resize_migrating", project="p2"),
+            inst("d", task_state="powering-off"),
+        ],
+        failed_builds=2,
+    )
+    assert got == {
+        "num_instances": "4",
+        "num_vm_active": "3",
+        "num_vm_building": "1",
+        "num_task_None": "2",
+        "num_task_resize_migrating": "1",
+        "num_task_powering-off": "1",
+        "num_proj_p1": "3",
+        "num_proj_p2": "1",
+        "io_workload": "2",  # building + resize_migrating
+        "failed_builds": "2",
+    }
+
+
+def test_stats_of_an_empty_node():
+    assert stats.stats([]) == {"num_instances": "0", "io_workload": "0", "failed_builds": "0"}
+
+
+def dom(uuid, state=DOMAIN_RUNNING, vcpus=2, mem=1024):
+    return DomainInfo(uuid, uuid, state, vcpus, mem)
+
+
+def test_drift_untracked_and_missing_after_grace():
+    domains = (dom("a"), dom("x"), dom("y", DOMAIN_SHUTOFF), dom("m"))
+    first = drift.compare(domains, {"a", "gone"}, {"m"}, previous=drift.Drift(), now=100, grace=60)
+    assert [d.uuid for d in first.untracked] == ["x", "y"]
+    assert first.missing == ()  # "gone" first missed now
+    later = drift.compare(domains, {"a", "gone"}, set(), previous=first, now=161, grace=60)
+    assert later.missing == ("gone",)
+    assert [d.uuid for d in later.untracked] == ["x", "y", "m"]
+    # shut-off domains use nothing
+    assert first.untracked_usage() == [{VCPU: 2, MEMORY_MB: 1024}]
+    back = drift.compare((dom("gone"),), {"gone"}, set(), previous=later, now=200, grace=60)
+    assert back.missing == () and back.missing_since == {}
+
+
+def test_paused_untracked_domains_still_use_memory():
+    d = drift.compare(
+        (dom("p", DOMAIN_PAUSED),), set(), set(), previous=drift.Drift(), now=0, grace=1
+    )
+    assert d.untracked_usage() == [{VCPU: 2, MEMORY_MB: 1024}]
+
+
+HELD = [({}, {"CUSTOM_VGPU": ("gpu-0",)})]
+OFFERED = {"CUSTOM_VGPU": ("gpu-0", "gpu-1", "gpu-2")}
+
+
+def test_assigned_picks_lowest_free_ids():
+    assert assigned.pick(OFFERED, HELD, {"CUSTOM_VGPU": 2}, "i") == {
+        "CUSTOM_VGPU": ("gpu-1", "gpu-2")
+    }
+
+
+@pytest.mark.parametrize(
+    "request_, error",
+    [
+        ({"CUSTOM_VGPU": 3}, errors.ComputeResourcesUnavailable),
+        ({"CUSTOM_PMEM": 1}, errors.ComputeResourcesUnavailable),
+        ({"CUSTOM_VGPU": 0}, errors.InvalidClaimRequest),
+        ({"CUSTOM_VGPU": "1"}, errors.InvalidClaimRequest),
+    ],
+)
+def test_assigned_refusals(request_, error):
+    with pytest.raises(error):
+        assigned.pick(OFFERED, HELD, request_, "i")
+
+
+def test_assigned_missing_reports_ids_no_longer_offered():
+    held = [({}, {"CUSTOM_VGPU": ("gpu-0", "gpu-9")})]
+    assert assigned.missing(OFFERED, held) == {"CUSTOM_VGPU": ("gpu-9",)}
+
+
+def test_compute_node_view_fields():
+    host = HostView("node1", "QEMU", 8002000, vcpus=16, memory_mb=32768, local_gb=500)
+    policy = ResourcePolicy(reserved_host_memory_mb=512, reserved_host_disk_mb=2048)
+    snap = NodeSnapshot(
+        node_uuid="n",
+        host=host,
+        inventories=frozen_map(inventories(host, policy)),
+        usage=frozen_map({VCPU: 3, MEMORY_MB: 1024, DISK_GB: 20}),
+        instances=(inst("a", vcpus=3),),
+        policy=policy,
+        stats=frozen_map(stats.stats([inst("a", vcpus=3)])),
+    )
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    cn = view.compute_node(snap, "192.0.2.7", now=now)
+    assert {
+        k: cn[k]
+        for k in (
+            "vcpus",
+            "vcpus_used",
+            "memory_mb",
+            "memory_mb_used",
+            "free_ram_mb",
+            "local_gb",
+            "local_gb_used",
+            "free_disk_gb",
+            "disk_available_least",
+            "running_vms",
+            "current_workload",
+            "cpu_allocation_ratio",
+            "ram_allocation_ratio",
+            "disk_allocation_ratio",
+            "host_ip",
+            "hypervisor_type",
+            "hypervisor_version",
+            "hypervisor_hostname",
+            "updated_at",
+        )
+    } == {
+        "vcpus": 16,
+        "vcpus_used": 3,
+        "memory_mb": 32768,
+        "memory_mb_used": 1536,
+        "free_ram_mb": 31232,
+        "local_gb": 500,
+        "local_gb_used": 22.0,
+        "free_disk_gb": 478.0,
+        "disk_available_least": 478,
+        "running_vms": 1,
+        "current_workload": 0,
+        "cpu_allocation_ratio": 4.0,
+        "ram_allocation_ratio": 1.0,
+        "disk_allocation_ratio": 1.0,
+        "host_ip": "192.0.2.7",
+        "hypervisor_type": "QEMU",
+        "hypervisor_version": 8002000,
+        "hypervisor_hostname": "node1",
+        "updated_at": "2026-01-01T00:00:00+00:00",
+    }
+    assert cn["stats"]["num_instances"] == "1"
