@@ -15,6 +15,7 @@ import logging
 import time
 
 from rtagent.placement.desired import desired_tree
+from rtagent.virt.errors import HypervisorUnavailable
 
 LOG = logging.getLogger(__name__)
 
@@ -49,7 +50,13 @@ class Agent:
             local accounting is up to date and the next tick retries.
         """
         started = self._clock()
-        host = self.driver.read_host()
+        try:
+            host = self.driver.read_host()
+        except HypervisorUnavailable as exc:
+            # Claims checked against a host we cannot see could oversubscribe
+            # it; refuse them until the next successful read.
+            self.tracker.mark_host_unavailable(exc)
+            raise
         snapshot = self.tracker.update_host(host)
         result = self.sync.sync(desired_tree(snapshot))
         self.tracker.set_placement_ratios(self.sync.placement_ratios(snapshot.node_uuid))

@@ -90,7 +90,13 @@ def build_agent(conf, driver=None, adapter=None, observer=None):
     store = Store(conf.state_path)
     try:
         node_uuid = identity.load_or_create(conf.state_path, store)
-        tracker = Tracker(node_uuid, store, policy_from_conf(conf))
+        tracker = Tracker(
+            node_uuid,
+            store,
+            policy_from_conf(conf),
+            count_untracked=conf.rtagent.count_untracked_domains,
+            missing_grace=conf.rtagent.missing_domain_grace,
+        )
         client = PlacementClient(adapter or placement_adapter(conf), observer)
         sync = ProviderSync(client, retry_policy_from_conf(conf))
         driver = driver or libvirt_driver(conf)

@@ -91,14 +91,26 @@ def show(placement, node, agent):
     invs = placement.get(f"/resource_providers/{node}/inventories").json()["inventories"]
     traits = placement.get(f"/resource_providers/{node}/traits").json()["traits"]
     usages = placement.get(f"/resource_providers/{node}/usages").json()["usages"]
-    ledger = agent.tracker.snapshot().usage
+    snap = agent.tracker.snapshot()
+    untracked = snap.untracked_usage
+    claimed = {rc: snap.usage.get(rc, 0) - untracked.get(rc, 0) for rc in snap.usage}
     print("\nWhat Placement holds (read back over HTTP):")
     print(
         f"  provider  {provider['name']}  uuid={provider['uuid']}  "
         f"generation={provider['generation']}"
     )
     print(f"  traits    {', '.join(traits)}")
-    header = ("class", "total", "reserved", "ratio", "max_unit", "capacity", "used", "agent")
+    header = (
+        "class",
+        "total",
+        "reserved",
+        "ratio",
+        "max_unit",
+        "capacity",
+        "used",
+        "claims",
+        "untracked",
+    )
     print("  " + "  ".join(f"{h:>10}" for h in header))
     for rc, inv in sorted(invs.items()):
         capacity = (inv["total"] - inv["reserved"]) * inv["allocation_ratio"]
@@ -110,11 +122,18 @@ def show(placement, node, agent):
             inv["max_unit"],
             f"{capacity:g}",
             usages.get(rc, 0),
-            ledger.get(rc, 0),
+            claimed.get(rc, 0),
+            untracked.get(rc, 0),
         )
         print("  " + "  ".join(f"{v!s:>10}" for v in row))
-    agree = all(usages.get(rc, 0) == ledger.get(rc, 0) for rc in invs)
-    print(f"  Placement usages {'equal' if agree else 'DIFFER FROM'} the agent's ledger")
+    agree = all(usages.get(rc, 0) == claimed.get(rc, 0) for rc in invs)
+    print(f"  Placement usages {'equal' if agree else 'DIFFER FROM'} the agent's claims")
+    if snap.drift.untracked:
+        names = ", ".join(f"{d.name} ({d.state_name})" for d in snap.drift.untracked)
+        print(
+            f"  drift: domains with no claim on this node: {names}; the running and "
+            "paused ones count as used by the agent (count_untracked_domains)"
+        )
     return agree
 
 

@@ -11,6 +11,21 @@ ALL_OPTS = [
         min=1,
         help="Seconds between the end of one host audit and the start of the next.",
     ),
+    cfg.BoolOpt(
+        "count_untracked_domains",
+        default=True,
+        help="Count the vCPUs and memory of running domains that no claim "
+        "accounts for (started by hand, or left from a lost state "
+        "directory) as used, so claims cannot oversubscribe the host they "
+        "share. They are reported as drift either way.",
+    ),
+    cfg.IntOpt(
+        "missing_domain_grace",
+        default=600,
+        min=0,
+        help="Seconds a tracked instance may have no domain on the host "
+        "(e.g. while it builds) before it is reported as missing.",
+    ),
     cfg.IntOpt(
         "sync_max_attempts",
         default=4,

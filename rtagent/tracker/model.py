@@ -149,12 +149,8 @@ class Migration:
     status: str = "pre-migrating"
     seq: int = 0
     project_id: str = ""
-    old_assigned: types.MappingProxyType = dataclasses.field(
-        default_factory=lambda: frozen_map({})
-    )
-    new_assigned: types.MappingProxyType = dataclasses.field(
-        default_factory=lambda: frozen_map({})
-    )
+    old_assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
+    new_assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
 
     @property
     def same_node(self):
@@ -204,7 +200,10 @@ class NodeSnapshot:
         before the first audit.
     :param inventories: resource class -> :class:`Inventory` as the tracker
         checks claims against it (ratios resolved to numbers).
-    :param usage: resource class -> amount used by tracked instances.
+    :param usage: resource class -> amount used: claims, plus untracked
+        domains when they are counted (see ``untracked_usage``).
+    :param untracked_usage: resource class -> the part of ``usage`` that
+        running domains without a claim account for.
     :param instances: tracked instances, sorted by UUID.
     :param policy: the :class:`rtagent.tracker.ledger.ResourcePolicy` in force.
     :param migrations: moves in progress involving this node, sorted by UUID.
@@ -228,6 +227,9 @@ class NodeSnapshot:
         default_factory=lambda: frozen_map({})
     )
     unavailable: str | None = None
+    untracked_usage: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: frozen_map({})
+    )
 
     @property
     def hypervisor_hostname(self):

@@ -20,9 +20,7 @@ class NodeState:
 
     node_uuid: str
     instances: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
-    migrations: types.MappingProxyType = dataclasses.field(
-        default_factory=lambda: frozen_map({})
-    )
+    migrations: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     seq: int = 0
 
     def held(self):

@@ -23,9 +23,7 @@ IO_TASK_STATES = frozenset(
 
 def io_workload(instances):
     """Instances that are building or in a disk/network-heavy task."""
-    return sum(
-        1 for i in instances if i.vm_state == "building" or i.task_state in IO_TASK_STATES
-    )
+    return sum(1 for i in instances if i.vm_state == "building" or i.task_state in IO_TASK_STATES)
 
 
 def stats(instances, failed_builds=0):

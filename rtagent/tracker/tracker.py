@@ -175,9 +175,7 @@ class Tracker:
 
     def _recompute_inventories(self):
         if self._host is not None:
-            self._inventories = ledger.inventories(
-                self._host, self._policy, self._placement_ratios
-            )
+            self._inventories = ledger.inventories(self._host, self._policy, self._placement_ratios)
 
     def _context(self):
         """What claims are checked against now. Lock held.
@@ -264,9 +262,7 @@ class Tracker:
         instance_uuid = check_uuid(instance_uuid)
         with self._locked("update_instance", instance_uuid):
             self._commit(
-                claims.update_instance(
-                    self._state, instance_uuid, vm_state, task_state, set_task
-                )
+                claims.update_instance(self._state, instance_uuid, vm_state, task_state, set_task)
             )
 
     def build_failed(self):
@@ -385,6 +381,7 @@ class Tracker:
             if self._offered
             else frozen_map({}),
             unavailable=self._unavailable,
+            untracked_usage=frozen_map(ledger.usage([], extra)),
         )
 
     def _claim_of(self, instance):
