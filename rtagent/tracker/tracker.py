@@ -138,7 +138,7 @@ class Tracker:
             self._recompute_inventories()
             snap = self._snapshot()
         if first:
-            _log_restored_mismatch(snap)
+            _log_restored_mismatch(snap, self._count_untracked)
         return snap
 
     def mark_host_unavailable(self, reason):
@@ -393,16 +393,18 @@ def _check_flavor(flavor):
         raise errors.InvalidClaimRequest(reason=f"flavor must be a Flavor, got {flavor!r}")
 
 
-def _log_restored_mismatch(snap):
+def _log_restored_mismatch(snap, counted):
     """After a restart, say where restored claims and the host disagree."""
     if snap.drift.untracked:
         LOG.warning(
             "Node %s: %d domain(s) on the host have no claim here (%s). If they are "
-            "instances of this node, its state directory was lost or replaced; they "
-            "are counted as used until claimed or removed.",
+            "instances of this node, its state directory was lost or replaced. %s",
             snap.node_uuid,
             len(snap.drift.untracked),
             ", ".join(d.uuid for d in snap.drift.untracked[:5]),
+            "Running ones count as used until claimed or removed."
+            if counted
+            else "They are NOT counted as used (count_untracked_domains = false).",
         )
     if snap.assigned_missing:
         LOG.warning(
