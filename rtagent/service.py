@@ -16,6 +16,7 @@ from rtagent.placement.sync import ProviderSync
 from rtagent.resources import DISK_GB, MEMORY_MB, VCPU, frozen_map
 from rtagent.tracker import identity
 from rtagent.tracker.ledger import ResourcePolicy
+from rtagent.tracker.nodes import NodeSet
 from rtagent.tracker.store import Store
 from rtagent.tracker.tracker import Tracker
 
@@ -90,18 +91,23 @@ def build_agent(conf, driver=None, adapter=None, observer=None):
     store = Store(conf.state_path)
     try:
         node_uuid = identity.load_or_create(conf.state_path, store)
-        tracker = Tracker(
-            node_uuid,
-            store,
-            policy_from_conf(conf),
-            count_untracked=conf.rtagent.count_untracked_domains,
-            missing_grace=conf.rtagent.missing_domain_grace,
-        )
+        policy = policy_from_conf(conf)
+
+        def make_tracker(uuid):
+            return Tracker(
+                uuid,
+                store,
+                policy,
+                count_untracked=conf.rtagent.count_untracked_domains,
+                missing_grace=conf.rtagent.missing_domain_grace,
+            )
+
+        nodes = NodeSet(store, node_uuid, make_tracker)
         client = PlacementClient(adapter or placement_adapter(conf), observer)
-        sync = ProviderSync(client, retry_policy_from_conf(conf))
+        retry = retry_policy_from_conf(conf)
         driver = driver or libvirt_driver(conf)
     except BaseException:
         store.close()
         raise
     LOG.info("Node %s: state in %s", node_uuid, conf.state_path)
-    return Agent(driver, tracker, sync, store=store)
+    return Agent(driver, nodes, lambda: ProviderSync(client, retry), store=store)

@@ -52,6 +52,11 @@ class InstanceNotFound(TrackerError):
     msg_fmt = "Instance {instance_uuid} is not tracked on node {node}."
 
 
+class NodeNotFound(TrackerError):
+    code = "tracker.node_not_found"
+    msg_fmt = "Node {node} is not reported by this agent."
+
+
 class HostUnavailable(TrackerError):
     """The hypervisor cannot be read; claims wait until it can."""
 

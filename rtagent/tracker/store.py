@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 
 from rtagent.tracker import errors
 from rtagent.tracker.model import Instance, Migration
@@ -87,6 +88,9 @@ class Store:
         ensure_private_dir(state_path)
         self.path = os.path.join(state_path, DB_NAME)
         self._lock_fd = _lock_exclusively(state_path)
+        # One connection shared by the trackers of all nodes, each under its
+        # own lock: this mutex keeps their transactions from interleaving.
+        self._mutex = threading.RLock()
         try:
             # Create the file ourselves so it is 0600 from its first byte;
             # SQLite gives the -wal and -shm files the same mode.
@@ -128,16 +132,17 @@ class Store:
 
     @contextlib.contextmanager
     def _transaction(self):
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            self._db.execute("COMMIT")
-        except BaseException:
-            # Also after a failed COMMIT (disk full, I/O error): SQLite may
-            # leave the transaction open, and every later BEGIN would fail.
-            with contextlib.suppress(sqlite3.Error):
-                self._db.execute("ROLLBACK")
-            raise
+        with self._mutex:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self._db.execute("COMMIT")
+            except BaseException:
+                # Also after a failed COMMIT (disk full, I/O error): SQLite may
+                # leave the transaction open, and every later BEGIN would fail.
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise
 
     def _write(self, sql, params):
         try:
@@ -147,18 +152,23 @@ class Store:
             raise errors.StateError(path=self.path, reason=str(exc)) from exc
 
     def get_meta(self, key):
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        with self._mutex:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
     def set_meta(self, key, value):
         self._write("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
+    def delete_meta(self, key):
+        self._write("DELETE FROM meta WHERE key = ?", (key,))
+
     def load_instances(self, node_uuid):
         """Every instance tracked on ``node_uuid``, sorted by UUID."""
         try:
-            rows = self._db.execute(
-                "SELECT body FROM instances WHERE node_uuid = ? ORDER BY uuid", (node_uuid,)
-            ).fetchall()
+            with self._mutex:
+                rows = self._db.execute(
+                    "SELECT body FROM instances WHERE node_uuid = ? ORDER BY uuid", (node_uuid,)
+                ).fetchall()
             return [Instance.from_dict(json.loads(body)) for (body,) in rows]
         except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
             raise errors.StateError(path=self.path, reason=f"unreadable instance: {exc}") from exc
@@ -166,9 +176,10 @@ class Store:
     def load_migrations(self, node_uuid):
         """Every move recorded on ``node_uuid``, sorted by UUID."""
         try:
-            rows = self._db.execute(
-                "SELECT body FROM migrations WHERE node_uuid = ? ORDER BY uuid", (node_uuid,)
-            ).fetchall()
+            with self._mutex:
+                rows = self._db.execute(
+                    "SELECT body FROM migrations WHERE node_uuid = ? ORDER BY uuid", (node_uuid,)
+                ).fetchall()
             return [Migration.from_dict(json.loads(body)) for (body,) in rows]
         except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
             raise errors.StateError(path=self.path, reason=f"unreadable migration: {exc}") from exc

@@ -20,5 +20,14 @@ class HostDriver(abc.ABC):
         :raises rtagent.virt.errors.HostReadError: a fact could not be read.
         """
 
+    def read_nodes(self):
+        """Every node this host reports, as a list of HostView.
+
+        A libvirt host is one node; drivers that manage several (nova's
+        ironic, for instance) return one view per node, told apart by
+        ``hypervisor_hostname``.
+        """
+        return [self.read_host()]
+
     def close(self):  # noqa: B027 - optional hook; drivers without connections keep it
         """Release connections. Safe to call more than once."""
