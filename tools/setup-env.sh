@@ -32,6 +32,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
+# A real libvirtd + QEMU for tests/integration (make test runs them).
+"$top/tools/setup-libvirtd.sh"
+
 stamp=$venv/.rtagent-installed
 if [ ! -x "$venv/bin/python" ]; then
     echo "setup: creating virtualenv $venv"
