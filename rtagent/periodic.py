@@ -4,6 +4,11 @@ by a failing tick.
 The next run is scheduled from the *end* of the previous one, so a slow tick
 never causes a burst of catch-up runs. Waiting is done on an Event, so
 ``stop()`` wakes the loop at once instead of after the interval.
+
+``trigger()`` asks for an early run (a hypervisor lifecycle event, say). It
+is debounced: the loop wakes, waits ``debounce`` seconds more so that a
+burst of events (a guest booting sends several) costs one run, then runs.
+A trigger that arrives during a run causes one more run after it.
 """
 
 import logging
@@ -21,17 +26,24 @@ class PeriodicLoop:
     :param task: callable with no arguments.
     :param interval: seconds between the end of a run and the next start.
     :param wait: callable(event, seconds) that blocks until the event is set
-        or the time passes; tests inject a scripted one.
+        or the time passes; tests inject a scripted one. The event is set by
+        :meth:`stop` and by :meth:`trigger`.
+    :param debounce: seconds to wait after a trigger before the early run.
     """
 
-    def __init__(self, task, interval, wait=None, clock=time.monotonic):
+    def __init__(self, task, interval, wait=None, clock=time.monotonic, debounce=1.0):
         self._task = task
         self._interval = interval
         self._wait = wait or (lambda event, seconds: event.wait(seconds))
         self._clock = clock
+        self._debounce = debounce
         self._stop = threading.Event()
+        # Set by stop() and trigger(): what the loop's wait returns early on.
+        self._wake = threading.Event()
+        self._triggered = threading.Event()
         self.runs = 0
         self.failures = 0
+        self.triggered_runs = 0
         self.last_error = None
 
     def run(self):
@@ -40,7 +52,23 @@ class PeriodicLoop:
             self.run_once()
             if self._stop.is_set():
                 break
-            self._wait(self._stop, self._interval)
+            if not self._triggered.is_set():
+                self._wait(self._wake, self._interval)
+            if self._stop.is_set():
+                break
+            if self._triggered.is_set():
+                # Coalesce the burst: wait out the debounce, then run once.
+                self._wake.clear()
+                if self._debounce > 0:
+                    self._wait(self._stop, self._debounce)
+                self._triggered.clear()
+                self.triggered_runs += 1
+            self._wake.clear()
+
+    def trigger(self):
+        """Ask for an early run (debounced). Safe from any thread, never blocks."""
+        self._triggered.set()
+        self._wake.set()
 
     def run_once(self):
         """One guarded run: errors are logged and counted, never raised."""
@@ -68,6 +96,7 @@ class PeriodicLoop:
     def stop(self):
         """Ask the loop to end; it wakes immediately."""
         self._stop.set()
+        self._wake.set()
 
     @property
     def stopped(self):

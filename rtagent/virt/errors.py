@@ -25,3 +25,10 @@ class HostReadError(VirtError):
 
     code = "virt.host_read_error"
     msg_fmt = "Could not read {what} from the host: {reason}"
+
+
+class InvalidCPUSet(VirtError):
+    """``[compute] cpu_shared_set`` / ``cpu_dedicated_set`` is bad for this host."""
+
+    code = "virt.invalid_cpu_set"
+    msg_fmt = "[compute] {option} = {value!r}: {reason}"

@@ -39,6 +39,9 @@ class DomainInfo:
     :param state: a ``DOMAIN_*`` constant.
     :param vcpus: current vCPU count.
     :param memory_mb: current memory in MiB.
+    :param local_disks: the domain's disks under the instances path, as
+        ``(path, capacity bytes, physical bytes)``; ``()`` when the driver
+        reports no block stats (the test driver).
     """
 
     uuid: str
@@ -46,10 +49,60 @@ class DomainInfo:
     state: int
     vcpus: int
     memory_mb: int
+    local_disks: tuple = ()
 
     @property
     def state_name(self):
         return STATE_NAMES.get(self.state, "unknown")
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuTopology:
+    """Host CPU topology, as libvirt's capabilities report it."""
+
+    sockets: int
+    cores: int
+    threads: int
+    dies: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class NumaCpu:
+    """One host CPU in a NUMA cell.
+
+    :param siblings: the CPU ids that share its core (itself included).
+    """
+
+    id: int
+    socket_id: int
+    core_id: int
+    siblings: frozenset
+
+
+@dataclasses.dataclass(frozen=True)
+class NumaCell:
+    """One NUMA cell of the host.
+
+    :param memory_mb: the cell's memory in MiB (floor of libvirt's KiB).
+    :param pages: ``((page size KiB, total pages), ...)`` sorted by size;
+        sizes above the base page are the cell's hugepages.
+    :param distances: ``((cell id, distance), ...)`` sorted by id.
+    """
+
+    id: int
+    memory_mb: int
+    cpus: tuple
+    pages: tuple = ()
+    distances: tuple = ()
+
+    @property
+    def cpu_ids(self):
+        return frozenset(c.id for c in self.cpus)
+
+    @property
+    def hugepages(self):
+        """``((size KiB, total), ...)`` for sizes above the smallest page."""
+        return self.pages[1:]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +119,25 @@ class HostView:
     :param local_gb: size of the instances filesystem in GiB (floor).
     :param local_gb_used: space used on it in GiB (ceil), for reporting.
     :param domains: the domains on the host, sorted by UUID.
+    :param disk_available_least: GiB of the instances filesystem that are
+        free once every local disk grows to its virtual size (nova's
+        ``disk_available_least``; may be negative); None if not measured.
+    :param cpu_topology: a :class:`CpuTopology`, or None if not reported.
+    :param cpu_arch: host CPU architecture, e.g. ``x86_64``.
+    :param cpu_model: libvirt's name for the host CPU model.
+    :param cpu_vendor: e.g. ``Intel``, ``AMD``, ``ARM``.
+    :param cpu_features: the host CPU's features (libvirt names), expanded.
+    :param numa_cells: tuple of :class:`NumaCell`, sorted by id.
+    :param cpu_shared_set: CPU ids for shared (VCPU) guests, or None when
+        ``[compute] cpu_shared_set`` is unset.
+    :param cpu_dedicated_set: CPU ids for dedicated (PCPU) guests, or None.
+    :param traits: the traits the host earns now (CPU features and
+        capabilities); see ``trait_sources`` for why.
+    :param trait_sources: ``((trait, the libvirt fact that grants it), ...)``
+        sorted by trait.
+    :param supported_instances: ``((arch, hypervisor type, vm mode), ...)``.
+    :param libvirt_version: the daemon's libvirt version, encoded like
+        ``hypervisor_version``; 0 if unknown.
     """
 
     hypervisor_hostname: str
@@ -76,3 +148,16 @@ class HostView:
     local_gb: int
     local_gb_used: int = 0
     domains: tuple = ()
+    disk_available_least: int | None = None
+    cpu_topology: CpuTopology | None = None
+    cpu_arch: str = ""
+    cpu_model: str = ""
+    cpu_vendor: str = ""
+    cpu_features: frozenset = frozenset()
+    numa_cells: tuple = ()
+    cpu_shared_set: frozenset | None = None
+    cpu_dedicated_set: frozenset | None = None
+    traits: frozenset = frozenset()
+    trait_sources: tuple = ()
+    supported_instances: tuple = ()
+    libvirt_version: int = 0

@@ -44,3 +44,40 @@ def test_stop_wakes_a_waiting_loop_at_once():
     worker.join(2)  # the interval is an hour: only an instant stop ends in time
     assert not worker.is_alive()
     assert loop.runs == 1
+
+
+def test_trigger_runs_early_once_per_burst_with_debounce():
+    waits = []
+
+    def task():
+        if loop.runs == 0:
+            # A burst of events during the first run: one early run after it.
+            loop.trigger()
+            loop.trigger()
+
+    def wait(event, seconds):
+        waits.append(seconds)
+        if len(waits) == 2:
+            loop.stop()
+
+    loop = PeriodicLoop(task, interval=3600, wait=wait, debounce=0.5)
+    loop.run()
+    # run, (trigger already set: no interval wait) debounce 0.5, run, interval wait -> stop
+    assert waits == [0.5, 3600]
+    assert loop.runs == 2
+    assert loop.triggered_runs == 1
+
+
+def test_trigger_wakes_a_waiting_loop():
+    runs = threading.Semaphore(0)
+    loop = PeriodicLoop(runs.release, interval=3600, debounce=0.01)
+    worker = threading.Thread(target=loop.run)
+    worker.start()
+    try:
+        assert runs.acquire(timeout=5)
+        loop.trigger()
+        assert runs.acquire(timeout=5)  # an hour's interval: only the trigger ran it
+        assert loop.triggered_runs == 1
+    finally:
+        loop.stop()
+        worker.join(2)

@@ -25,6 +25,7 @@ class Calls:
         self._connection = connection
         self.conn = None
         self.count = 0
+        self.opens = 0
 
     def connect(self):
         """Get the connection; opening it (or trying to) counts as a call.
@@ -34,6 +35,7 @@ class Calls:
         if not self._connection.is_open:
             self.count += 1
         self.conn = self._connection.get()
+        self.opens = self._connection.opens
         return self.conn
 
     def __call__(self, what, fn, *args, tolerate=frozenset()):
@@ -50,7 +52,7 @@ class Calls:
         except libvirt.libvirtError as exc:
             code = exc.get_error_code()
             if is_connection_error(code, self._alive()):
-                self._connection.drop(self.conn)
+                self._connection.drop(self.conn, reason=message(exc))
                 raise errors.HypervisorUnavailable(
                     uri=self._connection.uri, reason=message(exc)
                 ) from exc

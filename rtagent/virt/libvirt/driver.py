@@ -3,13 +3,37 @@
 # of the License at http://www.apache.org/licenses/LICENSE-2.0
 """The libvirt host driver: facts from libvirt and statvfs, through probes."""
 
+import logging
 import os
+
+import libvirt
 
 from rtagent.virt import driver, errors, host
 from rtagent.virt.libvirt import calls as calls_mod
 from rtagent.virt.libvirt import connection, facts
-from rtagent.virt.libvirt.probes import cpu, disk, domains, hypervisor, memory
+from rtagent.virt.libvirt import events as _events
+from rtagent.virt.libvirt.probes import (
+    capabilities,
+    capability_traits,
+    cpu,
+    cpu_traits,
+    cpusets,
+    disk,
+    domains,
+    hypervisor,
+    memory,
+    numa,
+    xmlutil,
+)
 from rtagent.virt.libvirt.uri import validate_uri
+
+LOG = logging.getLogger(__name__)
+
+# Keepalive: libvirt pings every KEEPALIVE_INTERVAL s and closes the
+# connection after KEEPALIVE_COUNT unanswered pings, so a hung libvirtd
+# fails a reading after about interval * (count + 1) s instead of never.
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3
 
 
 class LibvirtDriver(driver.HostDriver):
@@ -19,9 +43,19 @@ class LibvirtDriver(driver.HostDriver):
     :param instances_path: directory holding instance disks; its
         filesystem's size is DISK_GB.
     :param statvfs: ``statvfs(path)``; injected by tests.
-    :param opener: ``opener(uri) -> virConnect``; default
-        ``libvirt.openReadOnly``.
+    :param opener: ``opener(uri) -> virConnect``; default ``libvirt.open``
+        (see :mod:`rtagent.virt.libvirt.connection` for why read-write).
+    :param cpu_shared_set: ``[compute] cpu_shared_set`` (nova's syntax), or None.
+    :param cpu_dedicated_set: ``[compute] cpu_dedicated_set``, or None.
+    :param events: run libvirt's event loop (process-wide, started before the
+        first open) for lifecycle events, close detection and keepalive.
+    :param on_change: callable with no arguments, called (from the event
+        thread) when a domain starts, stops, is defined or undefined, or the
+        connection is lost; the agent passes ``PeriodicLoop.trigger``. May
+        also be set later as an attribute.
+    :param keepalive: ``(interval s, count)``; needs ``events``.
     :raises rtagent.virt.errors.InvalidConnectionURI: ``uri`` is malformed.
+    :raises rtagent.virt.errors.InvalidCPUSet: a CPU set does not parse.
 
     ``last_call_count`` is the number of libvirt calls the last
     :meth:`read_host` made (counting the open if it opened the connection).
@@ -30,36 +64,147 @@ class LibvirtDriver(driver.HostDriver):
     number of domains.
     """
 
-    def __init__(self, uri, instances_path, statvfs=os.statvfs, opener=None):
+    def __init__(
+        self,
+        uri,
+        instances_path,
+        statvfs=os.statvfs,
+        opener=None,
+        *,
+        cpu_shared_set=None,
+        cpu_dedicated_set=None,
+        events=False,
+        on_change=None,
+        keepalive=(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT),
+        clock=None,
+    ):
         self.uri = validate_uri(uri)
         self.instances_path = instances_path
         self._statvfs = statvfs
-        self._connection = connection.Connection(uri, opener)
+        self._shared = cpusets.parse_cpu_spec("cpu_shared_set", cpu_shared_set)
+        self._dedicated = cpusets.parse_cpu_spec("cpu_dedicated_set", cpu_dedicated_set)
+        self._events = events
+        self._keepalive = keepalive
+        self.on_change = on_change
+        if events:
+            # Must precede the first open, or the connection never uses it.
+            _events.start()
+        kw = {"clock": clock} if clock is not None else {}
+        self._connection = connection.Connection(
+            uri, opener, on_open=self._setup if events else None, **kw
+        )
+        self._static = None
+        self._info_cache = {}
         self.last_call_count = 0
+        self.events_received = 0
 
+    # -- the reading ------------------------------------------------------
     def read_host(self):
         """Return a :class:`rtagent.virt.host.HostView` of the host now.
 
         :raises rtagent.virt.errors.HypervisorUnavailable: libvirt cannot be
-            reached; the connection is dropped and the next call reopens it.
+            reached; the connection is dropped and the next call reopens it
+            (after a backoff if the open itself failed).
         :raises rtagent.virt.errors.HostReadError: a fact could not be read,
             e.g. ``instances_path`` does not exist.
+        :raises rtagent.virt.errors.InvalidCPUSet: a configured CPU set names
+            CPUs the host does not have online, or the sets overlap.
         """
         # Disk first: a missing instances path is a config error best reported
         # without touching libvirt.
-        local_gb, local_gb_used = disk.disk_gb(self._read_statvfs())
+        st = self._read_statvfs()
+        local_gb, local_gb_used = disk.disk_gb(st)
         calls = calls_mod.Calls(self._connection)
         try:
-            found = facts.gather(calls)
+            found = facts.gather(calls, self._static, self._info_cache)
         finally:
             self.last_call_count = calls.count
-        return host.HostView(
+        self._static = found.static
+        doms = domains.domains(found.domain_records)
+        shared, dedicated = cpusets.check_cpu_sets(
+            self._shared, self._dedicated, self._online_ids(found)
+        )
+        view = dict(
             vcpus=cpu.online_cpus(found.cpu_map, found.info),
             memory_mb=memory.memory_mb(found.info),
             local_gb=local_gb,
             local_gb_used=local_gb_used,
-            domains=domains.domains(found.domain_records),
+            domains=doms,
+            disk_available_least=disk.available_least_gb(st, doms, self.instances_path),
+            cpu_shared_set=shared,
+            cpu_dedicated_set=dedicated,
+            libvirt_version=found.static.libvirt_version,
             **hypervisor.hypervisor(found.hv_type, found.version, found.hostname),
+        )
+        view.update(self._from_capabilities(found))
+        return host.HostView(**view)
+
+    def _online_ids(self, found):
+        if found.cpu_map is not None:
+            return cpusets.online_ids(found.cpu_map)
+        return frozenset(range(cpu.online_cpus(None, found.info)))
+
+    def _from_capabilities(self, found):
+        if found.capabilities is None:
+            return {}
+        root = xmlutil.parse(found.capabilities, "host capabilities")
+        host_cpu = capabilities.host_cpu(root)
+        features = set(host_cpu.features)
+        if found.static.expanded_cpu:
+            expanded = xmlutil.parse(found.static.expanded_cpu, "expanded host CPU")
+            features.update(
+                f.get("name")
+                for f in expanded.findall("feature")
+                if f.get("name") and f.get("policy", "require") in ("require", "force")
+            )
+        sources = cpu_traits.cpu_traits(host_cpu.arch, features)
+        if found.static.domcaps:
+            dom_traits = capability_traits.domcaps_traits(found.static.domcaps)
+            sources.update(dom_traits)
+            has_iommu = any(t.startswith("COMPUTE_VIOMMU_MODEL_") for t in dom_traits)
+            sources.update(
+                capability_traits.gated_traits(
+                    found.static.libvirt_version, host_cpu.arch, has_iommu
+                )
+            )
+            # The driver's own capabilities assume a QEMU/KVM host that
+            # answered for its domain capabilities (not the test driver).
+            sources.update(capability_traits.driver_traits())
+        return {
+            "cpu_topology": host_cpu.topology,
+            "cpu_arch": host_cpu.arch,
+            "cpu_model": host_cpu.model,
+            "cpu_vendor": host_cpu.vendor,
+            "cpu_features": frozenset(features),
+            "numa_cells": numa.cells(root),
+            "supported_instances": capabilities.supported_instances(root),
+            "traits": frozenset(sources),
+            "trait_sources": tuple(sorted(sources.items())),
+        }
+
+    # -- availability -------------------------------------------------------
+    @property
+    def available(self):
+        """True while the hypervisor answers (False before the first reading)."""
+        return self._connection.available
+
+    @property
+    def unavailable_reason(self):
+        """Why the hypervisor is unavailable (libvirt's words), or None."""
+        return self._connection.unavailable_reason
+
+    @property
+    def reconnect_in(self):
+        """Seconds before the next reconnection attempt is allowed (0: now)."""
+        return self._connection.retry_in
+
+    @property
+    def managed_traits(self):
+        """Every trait this driver could report, so that one it stops
+        reporting is removed from Placement (and no others are)."""
+        arches = {"x86_64", "aarch64"}
+        return capability_traits.managed_traits() | frozenset().union(
+            *(cpu_traits.managed_traits(a) for a in arches)
         )
 
     def close(self):
@@ -70,6 +215,35 @@ class LibvirtDriver(driver.HostDriver):
     def connection_opens(self):
         """How many times a connection has been opened (1 while it is reused)."""
         return self._connection.opens
+
+    # -- events (libvirt's event thread) -----------------------------------
+    def _setup(self, conn):
+        interval, count = self._keepalive
+        conn.setKeepAlive(interval, count)
+        conn.registerCloseCallback(self._on_close, None)
+        conn.domainEventRegisterAny(
+            None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
+        )
+
+    def _on_lifecycle(self, _conn, dom, event, detail, _opaque):
+        self.events_received += 1
+        self._info_cache.clear()
+        LOG.debug("libvirt lifecycle event %s/%s for domain %s", event, detail, dom.name())
+        self._notify()
+
+    def _on_close(self, conn, reason, _opaque):
+        why = connection.CLOSE_REASONS.get(reason, f"reason {reason}")
+        LOG.warning("libvirt connection %s closed: %s", self.uri, why)
+        self._connection.lost(conn, why)
+        self._notify()
+
+    def _notify(self):
+        callback = self.on_change
+        if callback is not None:
+            try:
+                callback()
+            except Exception:
+                LOG.exception("on_change callback failed")
 
     def _read_statvfs(self):
         try:

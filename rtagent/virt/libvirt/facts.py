@@ -9,11 +9,14 @@ stats groups (QEMU) a reading costs six calls whatever the number of domains.
 """
 
 import collections
+import logging
 
 import libvirt
 
 from rtagent.virt.libvirt import connection
-from rtagent.virt.libvirt.probes import domains
+from rtagent.virt.libvirt.probes import capabilities, domains, xmlutil
+
+LOG = logging.getLogger(__name__)
 
 # One bulk call for every domain, active or not (flags 0), instead of one or
 # more calls per domain.
@@ -21,10 +24,21 @@ DOMAIN_STATS = (
     libvirt.VIR_DOMAIN_STATS_STATE
     | libvirt.VIR_DOMAIN_STATS_VCPU
     | libvirt.VIR_DOMAIN_STATS_BALLOON
+    | libvirt.VIR_DOMAIN_STATS_BLOCK
 )
 
 HostFacts = collections.namedtuple(
-    "HostFacts", ["info", "cpu_map", "hv_type", "version", "hostname", "domain_records"]
+    "HostFacts",
+    [
+        "info",
+        "cpu_map",
+        "hv_type",
+        "version",
+        "hostname",
+        "domain_records",
+        "capabilities",
+        "static",
+    ],
 )
 HostFacts.__doc__ = """Raw facts of one reading.
 
@@ -34,13 +48,36 @@ HostFacts.__doc__ = """Raw facts of one reading.
 :param version: ``conn.getVersion()``.
 :param hostname: ``conn.getHostname()``.
 :param domain_records: list of ``(uuid, name, stats, info or None)``.
+:param capabilities: ``conn.getCapabilities()`` XML, or None if unsupported.
+:param static: a :class:`StaticFacts` read once per connection.
+"""
+
+StaticFacts = collections.namedtuple(
+    "StaticFacts", ["opens", "libvirt_version", "domcaps", "expanded_cpu"]
+)
+StaticFacts.__doc__ = """Facts that do not change while a connection is open.
+
+They are read on the first reading after each (re)open: a new daemon (an
+upgrade, a restart) may answer differently, and reconnecting is the only way
+a new daemon can appear. ``domcaps`` and ``expanded_cpu`` are None where the
+driver does not support them (the test driver).
+
+:param opens: ``Connection.opens`` when read.
+:param libvirt_version: the daemon's ``getLibVersion()``.
+:param domcaps: ``getDomainCapabilities`` XML for the host arch and the
+    domain type guests get, or None.
+:param expanded_cpu: ``baselineCPU([host cpu], EXPAND_FEATURES)`` XML, or None.
 """
 
 
-def gather(calls):
+def gather(calls, static=None, info_cache=None):
     """Read the host's raw facts through ``calls``.
 
     :param calls: a :class:`rtagent.virt.libvirt.calls.Calls`.
+    :param static: the :class:`StaticFacts` of an earlier reading; reused
+        while the connection it was read on is still the open one.
+    :param info_cache: dict ``uuid -> (state, dom.info())`` kept by the
+        caller across readings, for drivers without vCPU/balloon stats.
     :returns: a :class:`HostFacts`.
     :raises rtagent.virt.errors.HypervisorUnavailable: the connection failed.
     :raises rtagent.virt.errors.HostReadError: a fact could not be read.
@@ -51,12 +88,64 @@ def gather(calls):
     hv_type = calls("hypervisor type", conn.getType)
     version = calls("hypervisor version", conn.getVersion)
     hostname = calls("hypervisor hostname", conn.getHostname)
+    caps = calls("capabilities", conn.getCapabilities, tolerate=connection.UNSUPPORTED)
+    if static is None or static.opens != calls.opens:
+        static = _static(calls, conn, caps)
+        if info_cache is not None:
+            info_cache.clear()  # a new connection may be a new daemon
     stats = calls("domain stats", conn.getAllDomainStats, DOMAIN_STATS, 0)
-    return HostFacts(info, cpu_map, hv_type, version, hostname, _domain_records(calls, stats))
+    return HostFacts(
+        info,
+        cpu_map,
+        hv_type,
+        version,
+        hostname,
+        _domain_records(calls, stats, info_cache),
+        caps,
+        static,
+    )
 
 
-def _domain_records(calls, stats):
+def _static(calls, conn, caps):
+    lib_version = calls("libvirt version", conn.getLibVersion, tolerate=connection.UNSUPPORTED)
+    domcaps = expanded = None
+    if caps is not None:
+        root = xmlutil.parse(caps, "host capabilities")
+        cpu = capabilities.host_cpu(root)
+        vtype = capabilities.virt_type(capabilities.supported_instances(root), cpu.arch)
+        if vtype is not None:
+            domcaps = calls(
+                "domain capabilities",
+                conn.getDomainCapabilities,
+                None,
+                cpu.arch,
+                None,
+                vtype,
+                0,
+                tolerate=connection.UNSUPPORTED | connection.OPTIONAL_FAILURES | connection.DENIED,
+            )
+            if domcaps is None and vtype in ("kvm", "qemu"):
+                LOG.warning(
+                    "No domain capabilities for %s/%s (read-only connection or "
+                    "unsupported): no COMPUTE_* capability traits",
+                    cpu.arch,
+                    vtype,
+                )
+    if caps is not None and cpu.model:
+        # Without a model (the test driver's host) there is nothing to expand.
+        expanded = calls(
+            "expanded host CPU",
+            conn.baselineCPU,
+            [cpu.xml],
+            libvirt.VIR_CONNECT_BASELINE_CPU_EXPAND_FEATURES,
+            tolerate=connection.UNSUPPORTED | connection.OPTIONAL_FAILURES,
+        )
+    return StaticFacts(calls.opens, lib_version or 0, domcaps, expanded)
+
+
+def _domain_records(calls, stats, info_cache):
     records = []
+    seen = set()
     for dom, dom_stats in stats:
         # UUIDString and name are answered from the client-side handle that
         # getAllDomainStats returned: no call to the hypervisor, not counted.
@@ -66,10 +155,23 @@ def _domain_records(calls, stats):
         if domains.needs_info(dom_stats):
             # Only drivers that lack the vcpu/balloon stats groups get here
             # (in practice the test driver); QEMU fills them for every domain,
-            # running or shut off. This is one extra call per domain.
-            info = calls(f"info of domain {uuid}", dom.info, tolerate=connection.NO_DOMAIN)
-            if info is None:
-                # Undefined between the two calls: it is gone, so is it here.
-                continue
+            # running or shut off. One extra call per domain that is new or
+            # whose state changed since the last reading; the cache is
+            # emptied on every lifecycle event and reconnection.
+            state = dom_stats.get(domains.STATE)
+            cached = info_cache.get(uuid) if info_cache is not None else None
+            if cached is not None and state is not None and cached[0] == state:
+                info = cached[1]
+            else:
+                info = calls(f"info of domain {uuid}", dom.info, tolerate=connection.NO_DOMAIN)
+                if info is None:
+                    # Undefined between the two calls: it is gone, so is it here.
+                    continue
+                if info_cache is not None and state is not None:
+                    info_cache[uuid] = (state, info)
+        seen.add(uuid)
         records.append((uuid, name, dom_stats, info))
+    if info_cache is not None:
+        for gone in set(info_cache) - seen:
+            info_cache.pop(gone, None)
     return records

@@ -4,7 +4,9 @@ The fake answers like the real bindings (same method names and return shapes)
 and records each call, so the tests can count what a reading costs.
 """
 
+import dataclasses
 import os
+import pathlib
 
 import libvirt
 import pytest
@@ -16,6 +18,15 @@ URI = "qemu:///system"
 INFO = ["x86_64", 65536, 8, 2600, 1, 1, 4, 2]
 CPU_MAP = (8, [True] * 6 + [False] * 2, 6)
 GIB = 2**30
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "libvirt"
+CAPS = (FIXTURES / "x86_64-capabilities.xml").read_text()
+DOMCAPS = (FIXTURES / "x86_64-domcaps-kvm.xml").read_text()
+EXPANDED = (FIXTURES / "x86_64-baseline-expanded.xml").read_text()
+# A reading: getInfo, getCPUMap, getType, getVersion, getHostname,
+# getCapabilities, getAllDomainStats. The first after an open adds
+# getLibVersion, getDomainCapabilities and baselineCPU.
+READING = 7
+STATIC = 3
 STATVFS = os.statvfs_result((4096, 4096, 100 * GIB // 4096, 40 * GIB // 4096, 0, 0, 0, 0, 0, 255))
 
 
@@ -88,6 +99,21 @@ class FakeConn:
     def getHostname(self):
         return self._answer("getHostname", "cmp-1.example.org")
 
+    def getCapabilities(self):
+        return self._answer("getCapabilities", CAPS)
+
+    def getLibVersion(self):
+        return self._answer("getLibVersion", 9000000)
+
+    def getDomainCapabilities(self, emulator, arch, machine, virttype, flags):
+        assert (arch, virttype) == ("x86_64", "kvm")
+        return self._answer("getDomainCapabilities", DOMCAPS)
+
+    def baselineCPU(self, cpus, flags):
+        assert flags == libvirt.VIR_CONNECT_BASELINE_CPU_EXPAND_FEATURES
+        assert cpus[0].startswith("<cpu")
+        return self._answer("baselineCPU", EXPANDED)
+
     def getAllDomainStats(self, stats, flags):
         assert flags == 0  # every domain, active or not
         return self._answer("getAllDomainStats", self.domains)
@@ -116,9 +142,20 @@ class Opener:
         return conn
 
 
-def make_driver(*conns, statvfs=lambda path: STATVFS):
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def make_driver(*conns, statvfs=lambda path: STATVFS, clock=None, **kw):
     opener = Opener(*conns)
-    return LibvirtDriver(URI, "/var/lib/nova/instances", statvfs=statvfs, opener=opener), opener
+    driver = LibvirtDriver(
+        URI, "/var/lib/nova/instances", statvfs=statvfs, opener=opener, clock=clock, **kw
+    )
+    return driver, opener
 
 
 def qemu_domains(n):
@@ -132,7 +169,22 @@ def test_reads_a_host():
     conn = FakeConn(qemu_domains(2))
     driver, opener = make_driver(conn)
     view = driver.read_host()
+    # The capability-derived fields have their own tests (probes, real host).
+    view = dataclasses.replace(
+        view,
+        cpu_topology=None,
+        cpu_arch="",
+        cpu_model="",
+        cpu_vendor="",
+        cpu_features=frozenset(),
+        numa_cells=(),
+        traits=frozenset(),
+        trait_sources=(),
+        supported_instances=(),
+    )
     assert view == host.HostView(
+        disk_available_least=0,  # STATVFS has f_bavail 0
+        libvirt_version=9000000,
         hypervisor_hostname="cmp-1.example.org",
         hypervisor_type="QEMU",
         hypervisor_version=7002022,
@@ -152,9 +204,9 @@ def test_reads_a_host():
 def test_call_count_does_not_grow_with_domains_when_stats_are_full(n_domains):
     driver, _ = make_driver(FakeConn(qemu_domains(n_domains)))
     driver.read_host()
-    assert driver.last_call_count == 7  # the open, then six calls
+    assert driver.last_call_count == 1 + READING + STATIC  # the open first
     driver.read_host()
-    assert driver.last_call_count == 6
+    assert driver.last_call_count == READING
 
 
 def test_falls_back_to_info_only_for_domains_without_stats():
@@ -179,7 +231,7 @@ def test_falls_back_to_info_only_for_domains_without_stats():
     driver, _ = make_driver(conn)
     view = driver.read_host()
     assert conn.calls.count("info") == 2
-    assert driver.last_call_count == 7 + 2
+    assert driver.last_call_count == 1 + READING + STATIC + 2
     by_name = {d.name: d for d in view.domains}
     assert (by_name["a"].state, by_name["a"].vcpus, by_name["a"].memory_mb) == (3, 2, 2)
     assert (by_name["b"].state, by_name["b"].vcpus, by_name["b"].memory_mb) == (5, 1, 1)
@@ -252,13 +304,19 @@ def test_other_errors_keep_the_connection():
 
 def test_open_failure_is_unavailable_with_libvirts_message():
     refused = lv_error(libvirt.VIR_ERR_SYSTEM_ERROR, "unable to connect: Connection refused")
-    driver, _ = make_driver(refused, FakeConn())
+    clock = Clock()
+    driver, _ = make_driver(refused, FakeConn(), clock=clock)
     with pytest.raises(errors.HypervisorUnavailable) as info:
         driver.read_host()
     assert "Connection refused" in str(info.value)
     assert URI in str(info.value)
     assert driver.last_call_count == 1
+    assert not driver.available
+    assert "Connection refused" in driver.unavailable_reason
+    clock.now += 1.0  # the first backoff
     driver.read_host()
+    assert driver.available
+    assert driver.unavailable_reason is None
 
 
 def test_connection_is_reused_and_closed():

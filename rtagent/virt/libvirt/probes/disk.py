@@ -3,6 +3,8 @@
 # of the License at http://www.apache.org/licenses/LICENSE-2.0
 """Disk probe: size and use of the filesystem that holds instance disks."""
 
+import os.path
+
 from rtagent.virt import errors
 
 GIB = 2**30
@@ -32,3 +34,38 @@ def disk_gb(st):
     total = block * st.f_blocks
     used = block * (st.f_blocks - st.f_bfree)
     return total // GIB, -(-used // GIB)
+
+
+def available_least_gb(st, domains, instances_path):
+    """nova's ``disk_available_least``: free GiB once local disks are full size.
+
+    nova: ``floor(free bytes / GiB) * GiB - over-committed bytes``, over GiB,
+    where a disk's over-commitment is its virtual size minus the space it
+    takes now (qcow2 files; 0 for raw). We take both sizes from the one bulk
+    ``getAllDomainStats`` call (``block.N.capacity`` and ``block.N.physical``)
+    instead of ``qemu-img info`` per disk, and count only disks whose path is
+    under ``instances_path``: volumes (iSCSI, RBD, ...) live elsewhere.
+    ``physical`` is the file's size, where nova uses its allocated blocks;
+    for sparse qcow2 files the two agree to within a cluster.
+
+    :param st: ``os.statvfs(instances_path)``.
+    :param domains: ``DomainInfo`` values with ``local_disks``.
+    :param instances_path: the instances directory.
+    :returns: GiB (int, floor; negative when over-committed beyond free).
+    """
+    block = st.f_frsize or st.f_bsize
+    free_gb = block * st.f_bavail // GIB
+    over = sum(
+        max(0, capacity - physical)
+        for dom in domains
+        for path, capacity, physical in dom.local_disks
+        if is_under(path, instances_path)
+    )
+    return (free_gb * GIB - over) // GIB
+
+
+def is_under(path, directory):
+    """Tell whether ``path`` is inside ``directory`` (lexically)."""
+    directory = os.path.normpath(directory)
+    path = os.path.normpath(path)
+    return path.startswith(directory.rstrip("/") + "/")

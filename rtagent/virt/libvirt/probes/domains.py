@@ -16,6 +16,7 @@ STATE = "state.state"
 VCPUS = "vcpu.current"
 BALLOON_CURRENT = "balloon.current"
 BALLOON_MAXIMUM = "balloon.maximum"
+BLOCK_COUNT = "block.count"
 
 # dom.info() is [state, max memory KiB, memory KiB, vcpus, cpu time ns].
 _INFO_STATE = 0
@@ -54,29 +55,49 @@ def domain(uuid, name, stats, info=None):
     """
     if info is not None and len(info) < _INFO_LEN:
         raise errors.HostReadError(what=f"info of domain {uuid}", reason=f"got {info!r}")
-    state = stats.get(STATE)
-    vcpus = stats.get(VCPUS)
-    memory_kib = stats.get(BALLOON_CURRENT, stats.get(BALLOON_MAXIMUM))
+    get = stats.get
+    state = get(STATE)
+    vcpus = get(VCPUS)
+    memory_kib = get(BALLOON_CURRENT)
+    if memory_kib is None:
+        memory_kib = get(BALLOON_MAXIMUM)
     if info is not None:
         state = info[_INFO_STATE] if state is None else state
         vcpus = info[_INFO_VCPUS] if vcpus is None else vcpus
         memory_kib = info[_INFO_MEMORY_KIB] if memory_kib is None else memory_kib
-    missing = [
-        what
-        for what, value in (("state", state), ("vcpus", vcpus), ("memory", memory_kib))
-        if value is None
-    ]
-    if missing:
+    if state is None or vcpus is None or memory_kib is None:
+        missing = [
+            what
+            for what, value in (("state", state), ("vcpus", vcpus), ("memory", memory_kib))
+            if value is None
+        ]
         raise errors.HostReadError(
             what=f"domain {uuid} ({name})", reason=f"no {', '.join(missing)} in stats or info"
         )
     return host.DomainInfo(
-        uuid=uuid,
-        name=name,
-        state=int(state),
-        vcpus=int(vcpus),
-        memory_mb=-(-int(memory_kib) // _KIB_PER_MIB),
+        uuid,
+        name,
+        int(state),
+        int(vcpus),
+        -(-int(memory_kib) // _KIB_PER_MIB),
+        block_disks(stats) if BLOCK_COUNT in stats else (),
     )
+
+
+def block_disks(stats):
+    """``((path, capacity, physical), ...)`` from a domain's block stats.
+
+    Disks without a path (empty CD-ROMs) or without sizes are skipped;
+    ``physical`` falls back to ``allocation`` when missing.
+    """
+    disks = []
+    for i in range(int(stats.get(BLOCK_COUNT, 0))):
+        path = stats.get(f"block.{i}.path")
+        capacity = stats.get(f"block.{i}.capacity")
+        physical = stats.get(f"block.{i}.physical", stats.get(f"block.{i}.allocation"))
+        if path and capacity is not None and physical is not None:
+            disks.append((path, int(capacity), int(physical)))
+    return tuple(disks)
 
 
 def domains(records):

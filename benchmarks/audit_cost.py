@@ -1,0 +1,107 @@
+"""Cost of one host audit on libvirt's test driver, for 10, 100 and 1000 domains.
+
+Prints key=value lines, the last a summary:
+
+    domains=N audit_ms=T libvirt_calls=C first_calls=F
+    domains=1000 bare_ms=B
+    summary calls_constant=yes|no ratio_vs_bare=R target_ratio=1.5
+
+``audit_ms`` is the median of steady-state audits (the connection open,
+per-connection facts read, domains seen before); ``first_calls`` is the
+first audit after opening (it reads each domain's info once: the test
+driver's bulk stats carry only the state). ``bare_ms`` is the same libvirt
+calls made directly with no parsing or probes, so ``ratio_vs_bare`` is what
+the audit adds on top of libvirt.
+"""
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import libvirt
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from rtagent.virt.libvirt import LibvirtDriver
+from rtagent.virt.libvirt.facts import DOMAIN_STATS
+
+REPEAT = 15
+SIZES = (10, 100, 1000)
+
+
+def host_xml(n):
+    doms = []
+    for i in range(n):
+        state = (1, 3, 5)[i % 3]
+        doms.append(
+            f"<domain type='test'><name>vm-{i}</name>"
+            f"<uuid>00000000-0000-4000-8000-{i:012d}</uuid>"
+            f"<memory>{1048576 * (1 + i % 4)}</memory><vcpu>{1 + i % 8}</vcpu>"
+            f"<os><type>hvm</type></os><test:runstate>{state}</test:runstate></domain>"
+        )
+    return (
+        "<node xmlns:test='http://libvirt.org/schemas/domain/test/1.0'>"
+        "<cpu><mhz>2400</mhz><model>x86_64</model><nodes>1</nodes><sockets>2</sockets>"
+        "<cores>8</cores><threads>2</threads></cpu><memory>268435456</memory>"
+        + "".join(doms)
+        + "</node>"
+    )
+
+
+def median_ms(fn):
+    times = []
+    for _ in range(REPEAT):
+        started = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def bare_calls(conn):
+    # What a steady-state audit asks libvirt, with nothing done on the answers.
+    conn.getInfo()
+    conn.getCPUMap()
+    conn.getType()
+    conn.getVersion()
+    conn.getHostname()
+    conn.getCapabilities()
+    for dom, _stats in conn.getAllDomainStats(DOMAIN_STATS, 0):
+        dom.UUIDString()
+        dom.name()
+
+
+def main():
+    libvirt.registerErrorHandler(lambda *_a: None, None)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="rtagent-bench-") as tmp:
+        for n in SIZES:
+            path = os.path.join(tmp, f"host-{n}.xml")
+            with open(path, "w") as f:
+                f.write(host_xml(n))
+            uri = f"test://{path}"
+            driver = LibvirtDriver(uri, tmp)
+            view = driver.read_host()
+            assert len(view.domains) == n, (len(view.domains), n)
+            first = driver.last_call_count
+            audit_ms = median_ms(driver.read_host)
+            calls = driver.last_call_count
+            driver.close()
+            results[n] = (audit_ms, calls)
+            print(f"domains={n} audit_ms={audit_ms:.2f} libvirt_calls={calls} first_calls={first}")
+            if n == SIZES[-1]:
+                conn = libvirt.open(uri)
+                bare_ms = median_ms(lambda c=conn: bare_calls(c))
+                conn.close()
+                print(f"domains={n} bare_ms={bare_ms:.2f}")
+    constant = len({calls for _ms, calls in results.values()}) == 1
+    ratio = results[SIZES[-1]][0] / bare_ms
+    print(
+        f"summary calls_constant={'yes' if constant else 'no'} "
+        f"ratio_vs_bare={ratio:.2f} target_ratio=1.5"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""A real libvirtd + QEMU, started and stopped by rtagent.testing.libvirtd.
+
+Skipped where it cannot run (not root, packages missing) unless CI is set:
+on CI (``CI=true``) a missing requirement fails the run instead, so these
+tests cannot be skipped silently there.
+"""
+
+import os
+
+import libvirt
+import pytest
+
+from rtagent.testing.libvirtd import Libvirtd, missing_requirements
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "integration: needs a real libvirtd + QEMU (root)")
+
+
+def _on_ci():
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def libvirtd():
+    why = missing_requirements()
+    if why:
+        if _on_ci():
+            pytest.fail(f"CI must run the libvirtd integration tests: {why}")
+        pytest.skip(f"real libvirtd unavailable: {why}")
+    with Libvirtd() as daemon:
+        yield daemon
+
+
+@pytest.fixture(scope="session")
+def admin(libvirtd):
+    """A read-write connection for the test itself (making guests)."""
+    conn = libvirt.open(libvirtd.uri)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def guests(libvirtd, admin):
+    """Two tiny TCG guests, running for the whole session."""
+    doms = [libvirtd.create_guest(admin, f"g{i}", memory_mib=64 + 32 * i) for i in range(2)]
+    yield doms
