@@ -212,6 +212,9 @@ class NodeSnapshot:
     :param assigned_missing: resource class -> identifiers assigned to
         instances that the node no longer offers.
     :param unavailable: why the hypervisor cannot be read now, or None.
+    :param released: UUIDs of instances that left this node and whose
+        allocations on its providers may be healed (removed).
+    :param disabled: why the node is disabled, or None when enabled.
     """
 
     node_uuid: str
@@ -230,6 +233,8 @@ class NodeSnapshot:
     untracked_usage: types.MappingProxyType = dataclasses.field(
         default_factory=lambda: frozen_map({})
     )
+    released: frozenset = frozenset()
+    disabled: str | None = None
 
     @property
     def hypervisor_hostname(self):

@@ -16,25 +16,41 @@ from rtagent.tracker import assigned, errors, ledger
 
 @dataclasses.dataclass(frozen=True)
 class NodeState:
-    """Instances on the node and moves involving it; ``seq`` orders updates."""
+    """Instances on the node and moves involving it; ``seq`` orders updates.
+
+    ``released`` holds the UUIDs of instances that left this node (aborted,
+    deleted, shelved-offloaded, moved away): the only consumers whose
+    Placement allocations on this node's providers the agent may remove.
+    An instance that comes back is no longer released.
+    """
 
     node_uuid: str
     instances: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     migrations: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     seq: int = 0
+    released: frozenset = frozenset()
 
     def held(self):
         return ledger.holdings(self.node_uuid, self.instances, self.migrations.values())
 
     def with_instance(self, instance):
         return dataclasses.replace(
-            self, instances=frozen_map({**self.instances, instance.uuid: instance})
+            self,
+            instances=frozen_map({**self.instances, instance.uuid: instance}),
+            released=self.released - {instance.uuid},
         )
 
     def without_instance(self, uuid):
+        if uuid not in self.instances:
+            return self
         return dataclasses.replace(
-            self, instances=frozen_map({k: v for k, v in self.instances.items() if k != uuid})
+            self,
+            instances=frozen_map({k: v for k, v in self.instances.items() if k != uuid}),
+            released=self.released | {uuid},
         )
+
+    def forget_released(self, uuids):
+        return dataclasses.replace(self, released=self.released - set(uuids))
 
     def with_migration(self, migration):
         """Add or update ``migration``, stamping it with the next sequence."""
@@ -94,6 +110,8 @@ class Changes:
     delete_instances: tuple = ()
     put_migrations: tuple = ()
     delete_migrations: tuple = ()
+    put_released: tuple = ()
+    delete_released: tuple = ()
 
     def __bool__(self):
         return bool(
@@ -101,6 +119,8 @@ class Changes:
             or self.delete_instances
             or self.put_migrations
             or self.delete_migrations
+            or self.put_released
+            or self.delete_released
         )
 
 
@@ -115,4 +135,6 @@ def changes(old, new):
             m for u, m in sorted(new.migrations.items()) if old.migrations.get(u) != m
         ),
         delete_migrations=tuple(sorted(set(old.migrations) - set(new.migrations))),
+        put_released=tuple(sorted(new.released - old.released)),
+        delete_released=tuple(sorted(old.released - new.released)),
     )

@@ -22,15 +22,17 @@ LOG = logging.getLogger(__name__)
 
 DB_NAME = "rtagent.sqlite"
 LOCK_NAME = "rtagent.lock"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-# Version 2 added the migrations table; version 1 stores open unchanged.
+# Version 2 added the migrations table, version 3 the released consumers;
+# older stores open unchanged (the new tables start empty).
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS instances ("
     " uuid TEXT PRIMARY KEY, node_uuid TEXT NOT NULL, body TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS migrations ("
     " uuid TEXT PRIMARY KEY, node_uuid TEXT NOT NULL, body TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS released (uuid TEXT PRIMARY KEY, node_uuid TEXT NOT NULL)",
 )
 
 
@@ -184,6 +186,17 @@ class Store:
         except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
             raise errors.StateError(path=self.path, reason=f"unreadable migration: {exc}") from exc
 
+    def load_released(self, node_uuid):
+        """UUIDs of instances that left ``node_uuid`` and are not yet healed."""
+        try:
+            with self._mutex:
+                rows = self._db.execute(
+                    "SELECT uuid FROM released WHERE node_uuid = ?", (node_uuid,)
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise errors.StateError(path=self.path, reason=str(exc)) from exc
+        return frozenset(uuid for (uuid,) in rows)
+
     def apply(self, node_uuid, changes):
         """Write a :class:`rtagent.tracker.state.Changes` in ONE transaction.
 
@@ -208,6 +221,13 @@ class Store:
                     )
                 for uuid in changes.delete_migrations:
                     self._db.execute("DELETE FROM migrations WHERE uuid = ?", (uuid,))
+                for uuid in changes.put_released:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO released (uuid, node_uuid) VALUES (?, ?)",
+                        (uuid, node_uuid),
+                    )
+                for uuid in changes.delete_released:
+                    self._db.execute("DELETE FROM released WHERE uuid = ?", (uuid,))
         except sqlite3.Error as exc:
             raise errors.StateError(path=self.path, reason=str(exc)) from exc
 

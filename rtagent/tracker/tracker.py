@@ -81,7 +81,10 @@ class Tracker:
             instances=frozen_map({i.uuid: i for i in store.load_instances(node_uuid)}),
             migrations=frozen_map({m.uuid: m for m in migrations}),
             seq=max((m.seq for m in migrations), default=0),
+            released=store.load_released(node_uuid),
         )
+        self._disabled_key = f"disabled:{node_uuid}"
+        self._disabled = store.get_meta(self._disabled_key)
         LOG.info(
             "Tracker for node %s restored %d instance(s) and %d move(s)",
             node_uuid,
@@ -351,6 +354,27 @@ class Tracker:
         LOG.info("%s %s on node %s", name, migration_uuid, self.node_uuid)
         return True
 
+    # -- node status and healing -------------------------------------------
+
+    def set_disabled(self, reason):
+        """Disable the node (``reason`` a string) or enable it (None).
+
+        Persisted: a restart keeps the node as it was. Placement shows it as
+        the COMPUTE_STATUS_DISABLED trait, which nova's scheduler filters on.
+        """
+        with self._locked("set_disabled"):
+            if reason is None:
+                if self._disabled is not None:
+                    self._store.delete_meta(self._disabled_key)
+            else:
+                self._store.set_meta(self._disabled_key, str(reason) or "disabled")
+            self._disabled = None if reason is None else (str(reason) or "disabled")
+
+    def forget_released(self, instance_uuids):
+        """Healing is done for these released consumers: stop tracking them."""
+        with self._locked("forget_released"):
+            self._commit(self._state.forget_released(instance_uuids))
+
     # -- readers -----------------------------------------------------------
 
     def snapshot(self):
@@ -382,6 +406,8 @@ class Tracker:
             else frozen_map({}),
             unavailable=self._unavailable,
             untracked_usage=frozen_map(ledger.usage([], extra)),
+            released=state.released,
+            disabled=self._disabled,
         )
 
     def _claim_of(self, instance):

@@ -299,3 +299,38 @@ def test_claims_and_audits_are_served_in_arrival_order(tracker):
     served = [(op, key) for _, op, key in tracker.recent_operations()]
     served = served[served.index(("test", None)) + 1 :]
     assert served[: len(arrivals)] == arrivals
+
+
+def test_released_consumers_are_remembered_until_healed(tmp_path):
+    tracker, store = make_tracker(tmp_path)
+    tracker.update_host(HOST)
+    gone, back, kept = (str(uuid.uuid4()) for _ in range(3))
+    for uid in (gone, back, kept):
+        tracker.instance_claim(uid, SMALL)
+    tracker.abort_instance_claim(gone)
+    tracker.update_instance(back, vm_state="deleted")
+    tracker.instance_claim(back, SMALL)  # it came back: not released any more
+    assert tracker.snapshot().released == {gone}
+    store.close()
+
+    again, store2 = make_tracker(tmp_path)
+    assert again.snapshot().released == {gone}
+    again.forget_released([gone])
+    assert again.snapshot().released == frozenset()
+    store2.close()
+    third, store3 = make_tracker(tmp_path)
+    assert third.snapshot().released == frozenset()
+    store3.close()
+
+
+def test_disabled_state_survives_a_restart(tmp_path):
+    tracker, store = make_tracker(tmp_path)
+    tracker.set_disabled("maintenance window")
+    store.close()
+    again, store2 = make_tracker(tmp_path)
+    assert again.snapshot().disabled == "maintenance window"
+    again.set_disabled(None)
+    store2.close()
+    third, store3 = make_tracker(tmp_path)
+    assert third.snapshot().disabled is None
+    store3.close()
