@@ -89,11 +89,17 @@ class Agent:
                 tracker.mark_host_unavailable(exc)
             raise
         results, first_error = {}, None
+        managed = self.driver.managed_traits
         for tracker, view in self.nodes.assign(views):
             snapshot = tracker.update_host(view)
             sync = self._sync_for(snapshot.node_uuid)
+            desired = desired_tree(
+                snapshot,
+                driver_traits=getattr(view, "traits", frozenset()),
+                managed_traits=managed,
+            )
             try:
-                outcome = sync.sync(desired_tree(snapshot))
+                outcome = sync.sync(desired)
                 tracker.set_placement_ratios(sync.placement_ratios(snapshot.node_uuid))
             except exception.RtagentError as exc:
                 if first_error is not None:

@@ -77,7 +77,15 @@ def libvirt_driver(conf):
     # config generator, unit tests of the core) do not need libvirt.
     from rtagent.virt.libvirt.driver import LibvirtDriver
 
-    return LibvirtDriver(conf.libvirt.connection_uri, conf.libvirt.instances_path)
+    return LibvirtDriver(
+        conf.libvirt.connection_uri,
+        conf.libvirt.instances_path,
+        cpu_shared_set=conf.compute.cpu_shared_set,
+        cpu_dedicated_set=conf.compute.cpu_dedicated_set,
+        # libvirt's event loop must be registered before the first open;
+        # lifecycle events then call driver.on_change (an early audit).
+        events=True,
+    )
 
 
 def build_agent(conf, driver=None, adapter=None, observer=None):
@@ -88,7 +96,14 @@ def build_agent(conf, driver=None, adapter=None, observer=None):
     :raises rtagent.tracker.errors.StateError, NodeIdentityError: the state
         directory or the identity file is unusable.
     """
-    store = Store(conf.state_path)
+    # The driver first: a bad [compute] CPU set is a config error, reported
+    # before the state directory is touched.
+    driver = driver or libvirt_driver(conf)
+    try:
+        store = Store(conf.state_path)
+    except BaseException:
+        driver.close()
+        raise
     try:
         node_uuid = identity.load_or_create(conf.state_path, store)
         policy = policy_from_conf(conf)
@@ -105,9 +120,9 @@ def build_agent(conf, driver=None, adapter=None, observer=None):
         nodes = NodeSet(store, node_uuid, make_tracker)
         client = PlacementClient(adapter or placement_adapter(conf), observer)
         retry = retry_policy_from_conf(conf)
-        driver = driver or libvirt_driver(conf)
     except BaseException:
         store.close()
+        driver.close()
         raise
     LOG.info("Node %s: state in %s", node_uuid, conf.state_path)
     return Agent(driver, nodes, lambda: ProviderSync(client, retry), store=store)

@@ -52,6 +52,9 @@ def _uri_validator(uri):
 
 def _run(conf, agent):
     loop = PeriodicLoop(agent.audit, conf.rtagent.audit_interval)
+    # Lifecycle events and connection changes ask for an early, debounced
+    # audit instead of waiting for the interval.
+    agent.driver.on_change = loop.trigger
 
     def stop(signum, frame):
         LOG.info("Signal %d received, stopping", signum)

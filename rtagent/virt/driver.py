@@ -20,6 +20,12 @@ class HostDriver(abc.ABC):
         :raises rtagent.virt.errors.HostReadError: a fact could not be read.
         """
 
+    @property
+    def managed_traits(self):
+        """Every trait this driver could report: one it stops reporting is
+        removed from Placement, and no trait outside this set is touched."""
+        return frozenset()
+
     def read_nodes(self):
         """Every node this host reports, as a list of HostView.
 
