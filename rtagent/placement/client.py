@@ -136,3 +136,66 @@ class PlacementClient:
     def get_usages(self, rp_uuid):
         """:returns: {resource class: amount used} on the provider."""
         return self._request("GET", f"/resource_providers/{rp_uuid}/usages")["usages"]
+
+    # -- traits and resource classes --------------------------------------
+
+    def ensure_trait(self, name):
+        """Create custom trait ``name`` if missing (idempotent)."""
+        self._request("PUT", f"/traits/{name}")
+
+    def ensure_resource_class(self, name):
+        """Create custom resource class ``name`` if missing (idempotent)."""
+        self._request("PUT", f"/resource_classes/{name}")
+
+    # -- allocations -------------------------------------------------------
+
+    def get_allocations(self, consumer_uuid):
+        """A consumer's allocations.
+
+        :returns: dict with ``allocations`` ({provider uuid: {"resources":
+            {...}, "generation": n}}), ``consumer_generation`` (None for an
+            unknown consumer), ``project_id``, ``user_id``, ``consumer_type``.
+        """
+        body = self._request("GET", f"/allocations/{consumer_uuid}")
+        body.setdefault("consumer_generation", None)
+        return body
+
+    def put_allocations(self, consumer_uuid, allocations, *, consumer_generation, **owner):
+        """Replace a consumer's allocations (``{}`` removes them all).
+
+        :param allocations: {provider uuid: {resource class: amount}}.
+        :param consumer_generation: the generation read, None for a new consumer.
+        :param owner: ``project_id``, ``user_id`` and ``consumer_type``.
+        :raises GenerationConflict: the consumer changed since it was read
+            (or exists although ``consumer_generation`` is None).
+        :raises PlacementRequestFailed: e.g. capacity exceeded (409).
+        """
+        payload = {
+            "allocations": {
+                rp: {"resources": dict(resources)} for rp, resources in allocations.items()
+            },
+            "consumer_generation": consumer_generation,
+            "project_id": owner["project_id"],
+            "user_id": owner["user_id"],
+            "consumer_type": owner["consumer_type"],
+        }
+        self._request("PUT", f"/allocations/{consumer_uuid}", body=payload)
+
+    def get_provider_allocations(self, rp_uuid):
+        """:returns: (generation, {consumer uuid: {resource class: amount}})."""
+        body = self._request("GET", f"/resource_providers/{rp_uuid}/allocations")
+        allocs = {c: dict(a["resources"]) for c, a in body["allocations"].items()}
+        return body["resource_provider_generation"], allocs
+
+    def reshape(self, inventories, allocations):
+        """``POST /reshaper``: replace inventories and allocations atomically.
+
+        Needs the ``service`` role.
+
+        :param inventories: {provider uuid: {"resource_provider_generation":
+            n, "inventories": {...}}}.
+        :param allocations: {consumer uuid: the body of a PUT /allocations}.
+        :raises GenerationConflict: a provider or consumer changed.
+        """
+        payload = {"inventories": inventories, "allocations": allocations}
+        self._request("POST", "/reshaper", body=payload)

@@ -3,8 +3,9 @@ tracker's snapshot.
 
 The root provider carries nova's data model: named after the hypervisor
 hostname, the node UUID, VCPU / MEMORY_MB / DISK_GB inventories as nova
-computes them, and the COMPUTE_NODE trait. Child providers (PCI devices) and
-driver traits plug in through ``children`` and ``driver_traits``.
+computes them, the COMPUTE_NODE and OWNER_NOVA traits, and
+COMPUTE_STATUS_DISABLED while the node is disabled. Child providers (PCI
+devices) and driver traits plug in through ``children`` and ``driver_traits``.
 """
 
 import os_traits
@@ -13,9 +14,13 @@ from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.resources import STANDARD_CLASSES, frozen_map
 from rtagent.tracker import ledger
 
-# Traits every root carries. The set of traits this agent manages on the
-# root grows with the driver's capability traits (a later issue).
-ROOT_TRAITS = frozenset({os_traits.COMPUTE_NODE})
+# Traits every root carries. nova 34.0.0's scheduler requires OWNER_NOVA on
+# compute roots (and PCI providers) once every compute reports it.
+ROOT_TRAITS = frozenset({os_traits.COMPUTE_NODE, os_traits.OWNER_NOVA})
+
+# Set while the node is disabled; nova's scheduler prefilter excludes
+# providers with it. Always managed, so enabling the node removes it.
+DISABLED_TRAIT = os_traits.COMPUTE_STATUS_DISABLED
 
 
 def root_provider(snapshot, driver_traits=frozenset(), managed_traits=frozenset()):
@@ -29,12 +34,14 @@ def root_provider(snapshot, driver_traits=frozenset(), managed_traits=frozenset(
     # Unresolved ratios: None where unconfigured, so Placement's value stands.
     invs = ledger.inventories(snapshot.host, policy, resolve_ratios=False)
     traits = ROOT_TRAITS | frozenset(driver_traits)
+    if snapshot.disabled is not None:
+        traits |= {DISABLED_TRAIT}
     return Provider(
         uuid=snapshot.node_uuid,
         name=snapshot.hypervisor_hostname,
         inventories=frozen_map(invs),
         traits=traits,
-        managed_traits=traits | frozenset(managed_traits),
+        managed_traits=traits | frozenset(managed_traits) | {DISABLED_TRAIT},
         # A standard class whose total drops to 0 (e.g. no local disk) is
         # removed; classes others put on the root are left alone.
         managed_classes=frozenset(STANDARD_CLASSES),

@@ -102,6 +102,26 @@ class ProviderNameTaken(PlacementError):
     )
 
 
+class AllocationRefused(PlacementError):
+    """Placement refused to record a consumer's allocations (not enough
+    capacity, the consumer already holds others, an unknown provider)."""
+
+    code = "placement.allocation_refused"
+    msg_fmt = "Placement refused the allocations of consumer {consumer}: {reason}"
+
+
+class ReshapeUnsupported(PlacementError):
+    """A resource class leaves a provider that has allocations of it, and
+    the desired tree does not name exactly one provider to move them to."""
+
+    code = "placement.reshape_unsupported"
+    msg_fmt = (
+        "Cannot move {resource_class} allocations off provider {uuid}: "
+        "{destinations} providers in the desired tree gain that class "
+        "(a reshape needs exactly one)"
+    )
+
+
 def from_response(method, url, response):
     """Build the exception matching an error ``response`` (status >= 400)."""
     status = response.status_code

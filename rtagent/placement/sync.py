@@ -50,6 +50,9 @@ class ProviderSync:
         self._sleep = sleep
         self._rng = rng
         self._view = ProviderTree()
+        # Custom traits and classes known to exist in Placement (created by
+        # us or seen on a provider): each costs one PUT, once per process.
+        self._custom = set()
 
     @property
     def view(self):
@@ -172,6 +175,10 @@ class ProviderSync:
                     name=op.name, parent_uuid=op.parent_uuid, generation=generation
                 )
             elif isinstance(op, diffmod.SetInventories):
+                self._ensure_custom(
+                    set(op.inventories) - set(current.inventories),
+                    self._client.ensure_resource_class,
+                )
                 generation = self._client.put_inventories(
                     op.uuid, current.generation, op.inventories
                 )
@@ -182,9 +189,17 @@ class ProviderSync:
                     ),
                 )
             else:
+                self._ensure_custom(op.traits - current.traits, self._client.ensure_trait)
                 generation = self._client.put_traits(op.uuid, current.generation, op.traits)
                 provider = current.replace(generation=generation, traits=op.traits)
         self._view = view.with_provider(provider)
+
+    def _ensure_custom(self, names, create):
+        """Create the custom names among ``names`` not known to exist."""
+        for name in sorted(names):
+            if name.startswith("CUSTOM_") and name not in self._custom:
+                create(name)
+                self._custom.add(name)
 
 
 def _root_uuid(tree):

@@ -44,7 +44,8 @@ def test_first_audit_publishes_what_the_host_and_config_imply(make_agent, make_c
         "DISK_GB": (disk_gb, 2, 1.0, disk_gb),
     }
     assert all(inv["min_unit"] == 1 and inv["step_size"] == 1 for inv in invs.values())
-    assert get(operator, f"/resource_providers/{node}/traits")["traits"] == ["COMPUTE_NODE"]
+    traits = get(operator, f"/resource_providers/{node}/traits")["traits"]
+    assert sorted(traits) == ["COMPUTE_NODE", "OWNER_NOVA"]
 
 
 def test_steady_state_costs_one_read_and_no_write(make_agent):
@@ -86,7 +87,7 @@ def test_conflict_from_another_writer_converges_and_keeps_its_trait(make_agent, 
     result = agent.audit()
     assert result.sync.attempts == 2
     traits = set(get(operator, f"/resource_providers/{node}/traits")["traits"])
-    assert traits == {"COMPUTE_NODE", "CUSTOM_RACK_7"}
+    assert traits == {"COMPUTE_NODE", "OWNER_NOVA", "CUSTOM_RACK_7"}
     assert recorder.count("PUT") >= 3  # inventories, the conflicting traits, the retry
     # and the next tick sees nothing to do
     recorder.reset()

@@ -1,0 +1,169 @@
+"""Healing allocations this agent can prove dead, and reporting the others.
+
+Healing removes a consumer's allocations from *our* providers only, and
+only for consumers the tracker says left this node (``snapshot.released``:
+aborted, deleted, shelved-offloaded, moved away). It writes with the
+consumer's generation (``PUT /allocations/{c}`` with what remains on other
+providers, ``{}`` when nothing does), never ``DELETE``: a concurrent writer
+makes our write fail instead of being undone by it.
+
+A released consumer is healed only after it has been seen *twice* with the
+same consumer generation, on two passes (two audit ticks). Nova once deleted
+the allocations of instances still being built: a scheduler that places an
+instance back on this node writes its allocation (moving the generation)
+before the claim reaches the tracker. Between two ticks the claim arrives
+(the instance stops being released) or the generation moves (we look again);
+either way the new allocation survives.
+
+Allocations of consumers nobody here knows about are reported, never
+touched (:func:`unknown_consumers`, :class:`ConsumerReport`).
+"""
+
+import dataclasses
+import logging
+
+from rtagent.placement import errors
+
+LOG = logging.getLogger(__name__)
+
+# A consumer written by an older client has no type; nova writes INSTANCE.
+DEFAULT_CONSUMER_TYPE = "INSTANCE"
+
+
+@dataclasses.dataclass(frozen=True)
+class HealResult:
+    """What one healing pass did.
+
+    :param healed: consumers with nothing left on our providers (the caller
+        may ``tracker.forget_released`` them).
+    :param removed: consumer -> {provider: {class: amount}} removed now.
+    :param pending: consumers seen for the first time (or changed since
+        last seen), to be healed on a later pass.
+    :param conflicts: consumers whose write lost to a concurrent writer.
+    """
+
+    healed: frozenset = frozenset()
+    removed: dict = dataclasses.field(default_factory=dict)
+    pending: frozenset = frozenset()
+    conflicts: frozenset = frozenset()
+
+
+class AllocationHealer:
+    """Removes released consumers' allocations from our providers.
+
+    Holds, between passes, the consumer generation last seen per released
+    consumer. Not thread-safe: one pass at a time (the audit thread).
+    """
+
+    def __init__(self, client):
+        self._client = client
+        self._seen = {}
+
+    def heal(self, released, providers, still_released=None):
+        """One pass over ``released`` consumers.
+
+        Costs nothing when ``released`` is empty; otherwise one GET per
+        consumer and one PUT per consumer healed.
+
+        :param released: consumer UUIDs the tracker says left the node.
+        :param providers: UUIDs of the providers this agent owns.
+        :param still_released: callable(uuid) -> bool, asked just before a
+            write (the tracker may have taken the instance back meanwhile).
+        :raises PlacementUnavailable: stop here; the next pass re-reads.
+        """
+        providers = frozenset(providers)
+        released = frozenset(released)
+        self._seen = {c: g for c, g in self._seen.items() if c in released}
+        healed, pending, conflicts, removed = set(), set(), set(), {}
+        for consumer in sorted(released):
+            body = self._client.get_allocations(consumer)
+            allocs = body.get("allocations") or {}
+            ours = {rp: dict(a["resources"]) for rp, a in allocs.items() if rp in providers}
+            if not ours:
+                healed.add(consumer)
+                self._seen.pop(consumer, None)
+                continue
+            generation = body["consumer_generation"]
+            if self._seen.get(consumer, _UNSEEN) != generation:
+                self._seen[consumer] = generation
+                pending.add(consumer)
+                continue
+            if still_released is not None and not still_released(consumer):
+                self._seen.pop(consumer, None)
+                continue
+            rest = {rp: a["resources"] for rp, a in allocs.items() if rp not in providers}
+            try:
+                self._client.put_allocations(
+                    consumer,
+                    rest,
+                    consumer_generation=generation,
+                    project_id=body["project_id"],
+                    user_id=body["user_id"],
+                    consumer_type=body.get("consumer_type") or DEFAULT_CONSUMER_TYPE,
+                )
+            except errors.GenerationConflict:
+                # Someone wrote to it after our read: look again next pass.
+                self._seen.pop(consumer, None)
+                conflicts.add(consumer)
+                continue
+            self._seen.pop(consumer, None)
+            healed.add(consumer)
+            removed[consumer] = ours
+            LOG.warning(
+                "Healed allocations of released consumer %s on provider(s) %s: %s",
+                consumer,
+                ", ".join(sorted(ours)),
+                ours,
+            )
+        return HealResult(
+            healed=frozenset(healed),
+            removed=removed,
+            pending=frozenset(pending),
+            conflicts=frozenset(conflicts),
+        )
+
+
+_UNSEEN = object()
+
+
+def unknown_consumers(client, providers, known):
+    """Allocations on ``providers`` held by consumers not in ``known``.
+
+    One GET per provider: call it when a provider's generation moved (the
+    sync re-read it), at start-up, or on demand, not on every tick.
+
+    :param known: consumer UUIDs this agent accounts for (tracked
+        instances, moves in progress, released consumers).
+    :returns: {consumer: {provider: {class: amount}}}.
+    """
+    found = {}
+    for rp in sorted(providers):
+        _, allocs = client.get_provider_allocations(rp)
+        for consumer, resources in allocs.items():
+            if consumer not in known:
+                found.setdefault(consumer, {})[rp] = resources
+    return found
+
+
+class ConsumerReport:
+    """The last unknown-consumer findings, logged once per consumer."""
+
+    def __init__(self):
+        self._unknown = {}
+
+    @property
+    def unknown(self):
+        """{consumer: {provider: {class: amount}}} from the last update."""
+        return dict(self._unknown)
+
+    def update(self, found):
+        """Adopt ``found`` (from :func:`unknown_consumers`); log new ones."""
+        for consumer in sorted(set(found) - set(self._unknown)):
+            LOG.warning(
+                "Consumer %s holds allocations on this node's providers but is "
+                "unknown to this agent; left alone: %s",
+                consumer,
+                found[consumer],
+            )
+        self._unknown = dict(found)
+        return self.unknown

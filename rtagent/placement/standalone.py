@@ -1,0 +1,107 @@
+"""Standalone mode: the agent writes a claim's allocations itself.
+
+A claim that arrives without Placement allocations (no Nova scheduler in
+front) is accounted locally first, under the tracker lock, then written to
+Placement outside it. If Placement refuses, the local claim is rolled back,
+so the node and Placement never disagree for long.
+"""
+
+import logging
+
+from rtagent.placement import errors
+
+LOG = logging.getLogger(__name__)
+
+WRITTEN = "written"
+PRESENT = "present"
+
+
+def write_allocations(client, consumer, allocations, *, project_id, user_id, consumer_type):
+    """Record a *new* consumer's allocations (consumer generation None).
+
+    One PUT when the consumer is new. If Placement says the consumer exists,
+    one GET tells a retry of this same write (identical allocations) from
+    someone else's consumer.
+
+    :param allocations: {provider uuid: {class: amount}}; zero amounts are
+        dropped (Placement refuses them).
+    :returns: ``WRITTEN``, or ``PRESENT`` when Placement already held them.
+    :raises AllocationRefused: Placement refused (capacity, a consumer
+        holding other allocations, an unknown provider); nothing written.
+    :raises PlacementUnavailable: the outcome is unknown.
+    """
+    wanted = {
+        rp: {rc: amount for rc, amount in resources.items() if amount}
+        for rp, resources in allocations.items()
+    }
+    wanted = {rp: res for rp, res in wanted.items() if res}
+    if not wanted:
+        return WRITTEN
+    try:
+        client.put_allocations(
+            consumer,
+            wanted,
+            consumer_generation=None,
+            project_id=project_id,
+            user_id=user_id,
+            consumer_type=consumer_type,
+        )
+        return WRITTEN
+    except errors.GenerationConflict as exc:
+        current = client.get_allocations(consumer)
+        held = {rp: a["resources"] for rp, a in (current.get("allocations") or {}).items()}
+        if held == wanted:
+            return PRESENT
+        raise errors.AllocationRefused(
+            consumer=consumer, reason=f"the consumer already holds {held}"
+        ) from exc
+    except errors.PlacementRequestFailed as exc:
+        raise errors.AllocationRefused(
+            consumer=consumer, reason=f"{exc.placement_code}: {exc.detail}"
+        ) from exc
+
+
+def claim_standalone(
+    tracker,
+    client,
+    instance_uuid,
+    flavor,
+    *,
+    project_id,
+    user_id,
+    consumer_type="INSTANCE",
+    **claim_kwargs,
+):
+    """Claim locally, then write the allocation to Placement.
+
+    ``tracker`` is the node's :class:`rtagent.tracker.tracker.Tracker`; the
+    Placement write happens after its lock is released.
+
+    On a refusal the claim is aborted and forgotten (nothing of ours is in
+    Placement). When Placement cannot be reached the claim is aborted but
+    stays *released*: if the write landed after all, healing removes it.
+
+    :returns: the tracker's Claim.
+    :raises ComputeResourcesUnavailable etc.: the local claim failed.
+    :raises AllocationRefused, PlacementUnavailable: rolled back.
+    """
+    claim = tracker.instance_claim(instance_uuid, flavor, project_id=project_id, **claim_kwargs)
+    try:
+        write_allocations(
+            client,
+            instance_uuid,
+            {claim.node_uuid: dict(claim.resources)},
+            project_id=project_id or "",
+            user_id=user_id,
+            consumer_type=consumer_type,
+        )
+    except errors.AllocationRefused:
+        tracker.abort_instance_claim(instance_uuid)
+        tracker.forget_released([instance_uuid])
+        LOG.info("Rolled back the claim of %s: Placement refused it", instance_uuid)
+        raise
+    except errors.PlacementError:
+        tracker.abort_instance_claim(instance_uuid)
+        LOG.info("Rolled back the claim of %s: Placement unreachable", instance_uuid)
+        raise
+    return claim
