@@ -1,4 +1,5 @@
-"""[compute]: which host CPUs guests may use (nova's option names and syntax)."""
+"""[compute]: which host CPUs guests may use, and provider config files
+(nova's option names and syntax)."""
 
 from oslo_config import cfg
 
@@ -16,6 +17,14 @@ ALL_OPTS = [
         "cpu_dedicated_set",
         help="Host CPUs for dedicated (PCPU) guests, nova's syntax. Parsed and "
         "checked against the host now; the PCPU inventory comes with NUMA support.",
+    ),
+    cfg.StrOpt(
+        "provider_config_location",
+        default="/etc/nova/provider_config/",
+        help="Directory of provider config files (every *.yaml in it, nova's schema "
+        "1.0): additional CUSTOM_* inventories and traits for the providers of this "
+        "node, identified by $COMPUTE_NODE, uuid or name. A missing directory means "
+        "none. Re-read on SIGHUP; a bad file then keeps the last good configuration.",
     ),
 ]
 

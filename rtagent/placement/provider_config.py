@@ -1,0 +1,333 @@
+"""Provider config files: Nova's YAML schema 1.0, merged into the desired tree.
+
+Every ``*.yaml`` file in ``[compute] provider_config_location`` (read in
+name order) looks like::
+
+    meta:
+      schema_version: '1.0'
+    providers:
+      - identification:
+          uuid: $COMPUTE_NODE        # or a provider uuid, or: name: <name>
+        inventories:
+          additional:
+            - CUSTOM_FPGA: {total: 4, reserved: 0, allocation_ratio: 1.0}
+        traits:
+          additional: [CUSTOM_RACK_12]
+
+As in nova: a provider named twice (across all files) is an error that
+names both files; only CUSTOM_* classes and traits may be added; a class or
+trait the driver owns may not be set; an explicit uuid or name wins over
+``$COMPUTE_NODE`` for the same provider; a provider not in the tree is
+logged once. Beyond nova: :class:`ProviderConfigSource` re-reads the files
+on demand (SIGHUP) and keeps the last good configuration when they are bad;
+what a reload drops is removed from Placement (until a restart, which forgets
+what earlier files had added).
+"""
+
+import dataclasses
+import glob
+import logging
+import os
+import re
+
+import yaml
+
+from rtagent import exception
+from rtagent.resources import Inventory, frozen_map
+
+LOG = logging.getLogger(__name__)
+
+COMPUTE_NODE = "$COMPUTE_NODE"
+_VERSION = re.compile(r"^1\.(0|[1-9][0-9]*)$")
+_CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]{1,248}$")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+_INT_FIELDS = ("total", "reserved", "min_unit", "max_unit", "step_size")
+
+
+class ProviderConfigError(exception.RtagentError):
+    """A provider config file is invalid; the message names the file."""
+
+    code = "placement.provider_config_invalid"
+    msg_fmt = "Provider config {path}: {reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderConfig:
+    """One provider's entry. ``uuid`` may be ``$COMPUTE_NODE``; exactly one
+    of ``uuid`` and ``name`` is set. ``inventories`` maps class -> Inventory."""
+
+    source: str
+    uuid: str | None = None
+    name: str | None = None
+    inventories: object = dataclasses.field(default_factory=lambda: frozen_map({}))
+    traits: frozenset = frozenset()
+
+    @property
+    def key(self):
+        return ("uuid", self.uuid) if self.uuid else ("name", self.name)
+
+
+def parse(text, path):
+    """The provider configs in one file's ``text``.
+
+    :raises ProviderConfigError: invalid YAML or schema.
+    """
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ProviderConfigError(path=path, reason=f"not valid YAML: {exc}") from exc
+
+    def fail(reason):
+        raise ProviderConfigError(path=path, reason=reason)
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("meta"), dict):
+        fail("a 'meta' mapping with 'schema_version' is required")
+    version = str(doc["meta"].get("schema_version", ""))
+    if not _VERSION.match(version):
+        fail(f"unsupported schema_version {version!r} (this agent reads 1.x)")
+    providers = doc.get("providers", [])
+    if not isinstance(providers, list):
+        fail("'providers' must be a list")
+    return tuple(_parse_provider(entry, i, fail, path) for i, entry in enumerate(providers))
+
+
+def _parse_provider(entry, index, fail, path):
+    where = f"providers[{index}]"
+    if not isinstance(entry, dict) or not isinstance(entry.get("identification"), dict):
+        fail(f"{where}: an 'identification' mapping is required")
+    ident = entry["identification"]
+    if set(ident) not in ({"uuid"}, {"name"}):
+        fail(f"{where}.identification: exactly one of 'uuid' or 'name' is required")
+    uuid, name = ident.get("uuid"), ident.get("name")
+    if uuid is not None and (
+        not isinstance(uuid, str) or (uuid != COMPUTE_NODE and not _UUID.match(uuid))
+    ):
+        fail(f"{where}.identification.uuid: {uuid!r} is neither a UUID nor {COMPUTE_NODE}")
+    if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 200):
+        fail(f"{where}.identification.name: 1 to 200 characters")
+    invs = {}
+    for item in _additional(entry, "inventories", where, fail):
+        if not isinstance(item, dict):
+            fail(f"{where}.inventories.additional: items are {{CLASS: {{total: ...}}}}")
+        for rc, fields in item.items():
+            invs[_custom_name(rc, f"{where}.inventories", fail)] = _inventory(
+                fields, f"{where}.inventories.{rc}", fail
+            )
+    traits = frozenset(
+        _custom_name(t, f"{where}.traits", fail) for t in _additional(entry, "traits", where, fail)
+    )
+    return ProviderConfig(
+        source=path,
+        uuid=uuid.lower() if uuid and uuid != COMPUTE_NODE else uuid,
+        name=name,
+        inventories=frozen_map(invs),
+        traits=traits,
+    )
+
+
+def _additional(entry, section, where, fail):
+    block = entry.get(section) or {}
+    if not isinstance(block, dict):
+        fail(f"{where}.{section}: must be a mapping with 'additional'")
+    items = block.get("additional") or []
+    if not isinstance(items, list):
+        fail(f"{where}.{section}.additional: must be a list")
+    return items
+
+
+def _custom_name(name, where, fail):
+    if not isinstance(name, str) or not _CUSTOM.match(name):
+        fail(f"{where}: {name!r} is not a CUSTOM_ name (only custom ones may be added)")
+    return name
+
+
+def _inventory(fields, where, fail):
+    if not isinstance(fields, dict) or "total" not in fields:
+        fail(f"{where}: a mapping with at least 'total' is required")
+    unknown = set(fields) - set(_INT_FIELDS) - {"allocation_ratio"}
+    if unknown:
+        fail(f"{where}: unknown field(s) {sorted(unknown)}")
+    for key in _INT_FIELDS:
+        value = fields.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            fail(f"{where}.{key}: must be an integer")
+    ratio = fields.get("allocation_ratio", 1.0)
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or ratio <= 0:
+        fail(f"{where}.allocation_ratio: must be a positive number")
+    total = fields["total"]
+    inv = Inventory(
+        total=total,
+        reserved=fields.get("reserved", 0),
+        min_unit=fields.get("min_unit", 1),
+        max_unit=fields.get("max_unit", total),
+        step_size=fields.get("step_size", 1),
+        allocation_ratio=float(ratio),
+    )
+    if inv.total < 1 or not 0 <= inv.reserved <= inv.total or inv.min_unit < 1:
+        fail(f"{where}: needs total >= 1, 0 <= reserved <= total, min_unit >= 1")
+    if inv.step_size < 1 or not inv.min_unit <= inv.max_unit <= inv.total:
+        fail(f"{where}: needs step_size >= 1 and min_unit <= max_unit <= total")
+    return inv
+
+
+def load(location):
+    """Every provider config under ``location`` (a directory), validated.
+
+    A missing directory means no configs (nova's behaviour).
+
+    :raises ProviderConfigError: a file is unreadable or invalid, or two
+        entries name the same provider (both files are named).
+    """
+    if not location or not os.path.isdir(location):
+        return ()
+    configs, seen = [], {}
+    for path in sorted(glob.glob(os.path.join(location, "*.yaml"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise ProviderConfigError(path=path, reason=f"cannot read: {exc}") from exc
+        for config in parse(text, path):
+            if config.key in seen:
+                raise ProviderConfigError(
+                    path=path,
+                    reason=f"provider {config.key[0]} {config.key[1]!r} is also "
+                    f"configured in {seen[config.key]}",
+                )
+            seen[config.key] = path
+            configs.append(config)
+    return tuple(configs)
+
+
+def merge(tree, configs):
+    """``tree`` with ``configs``' inventories and traits added.
+
+    ``$COMPUTE_NODE`` applies to every root of ``tree``; an explicit uuid or
+    name wins over it for the same provider. What the configs add becomes
+    managed by the agent (removed when it leaves the files).
+
+    :returns: (merged tree, problems, absent): ``problems`` is a list of
+        :class:`ProviderConfigError` for entries that try to set a class or
+        trait the driver owns (those entries are skipped, the rest applies);
+        ``absent`` lists the configs that match no provider of ``tree``.
+    """
+    explicit = {c.key: c for c in configs if c.uuid != COMPUTE_NODE}
+    wildcard = next((c for c in configs if c.uuid == COMPUTE_NODE), None)
+    used, problems, providers = set(), [], []
+    for provider in tree:
+        config = explicit.get(("uuid", provider.uuid)) or explicit.get(("name", provider.name))
+        if config is None and provider.parent_uuid is None:
+            config = wildcard
+        if config is None:
+            providers.append(provider)
+            continue
+        used.add(config.key)
+        owned_traits = config.traits & (provider.managed_traits | provider.traits)
+        owned_classes = set(config.inventories) & (
+            provider.managed_classes | set(provider.inventories)
+        )
+        if owned_traits or owned_classes:
+            problems.append(
+                ProviderConfigError(
+                    path=config.source,
+                    reason=f"provider {provider.uuid} ({provider.name}): the driver owns "
+                    f"{sorted(owned_classes | owned_traits)}; this entry is ignored",
+                )
+            )
+            providers.append(provider)
+            continue
+        providers.append(
+            provider.replace(
+                traits=provider.traits | config.traits,
+                managed_traits=provider.managed_traits | config.traits,
+                inventories=frozen_map({**provider.inventories, **config.inventories}),
+                managed_classes=provider.managed_classes | frozenset(config.inventories),
+            )
+        )
+    absent = [c for c in configs if c.uuid != COMPUTE_NODE and c.key not in used]
+    return type(tree)(providers), problems, absent
+
+
+class ProviderConfigSource:
+    """The provider configs in force, re-read on demand.
+
+    :param location: the directory (``[compute] provider_config_location``).
+    :param configs: the configs to start with, e.g. ``load(location)`` at
+        start-up (where a bad file should stop the agent with its error).
+    """
+
+    def __init__(self, location, configs=()):
+        self.location = location
+        self._configs = tuple(configs)
+        self._logged = set()
+        # provider uuid -> (traits, classes) the configs ever added in this
+        # process: still managed after they leave the files, so a reload
+        # that drops them removes them from Placement.
+        self._added = {}
+        self.last_error = None
+
+    @property
+    def configs(self):
+        return self._configs
+
+    def reload(self):
+        """Re-read the files (on SIGHUP). A bad file keeps the last good
+        configuration in force: the error is logged and kept in
+        ``last_error``. :returns: True if the new files were adopted."""
+        try:
+            configs = load(self.location)
+        except ProviderConfigError as exc:
+            self.last_error = exc
+            LOG.error("%s; keeping the last good provider configuration", exc)
+            return False
+        self._configs, self.last_error = configs, None
+        self._logged.clear()
+        LOG.info("Provider configuration reloaded: %d provider(s)", len(configs))
+        return True
+
+    def apply(self, tree):
+        """``tree`` merged with the configs (one node); see :meth:`apply_all`."""
+        return self.apply_all({None: tree})[None]
+
+    def apply_all(self, trees):
+        """{node: tree} merged with the configs. Problems, and configs that
+        match no provider of any of the trees, are logged once each (until
+        the next reload)."""
+        merged, missing = {}, None
+        for node, tree in trees.items():
+            merged[node], problems, absent = merge(tree, self._configs)
+            merged[node] = self._keep_managed(tree, merged[node])
+            for problem in problems:
+                self._log_once(("problem", problem.message), LOG.error, problem.message)
+            keys = {c.key for c in absent}
+            missing = keys if missing is None else missing & keys
+        for config in self._configs:
+            if missing and config.key in missing:
+                self._log_once(
+                    ("absent", config.key),
+                    LOG.warning,
+                    f"Provider config {config.source}: no provider with {config.key[0]} "
+                    f"{config.key[1]!r} on this host; ignored",
+                )
+        return merged
+
+    def _keep_managed(self, tree, merged):
+        providers = []
+        for provider in merged:
+            before = tree.get(provider.uuid)
+            traits, classes = self._added.get(provider.uuid, (frozenset(), frozenset()))
+            traits |= provider.traits - before.traits
+            classes |= set(provider.inventories) - set(before.inventories)
+            self._added[provider.uuid] = (traits, frozenset(classes))
+            providers.append(
+                provider.replace(
+                    managed_traits=provider.managed_traits | traits,
+                    managed_classes=provider.managed_classes | classes,
+                )
+            )
+        return type(merged)(providers)
+
+    def _log_once(self, key, log, message):
+        if key not in self._logged:
+            self._logged.add(key)
+            log("%s", message)

@@ -1,0 +1,71 @@
+"""Provider config files merged into what the agent publishes (real Placement)."""
+
+import pytest
+
+from rtagent.placement import provider_config as pc
+from rtagent.placement.desired import desired_tree
+from tests.functional.conftest import Recorder
+from tests.functional.placement.conftest import get
+
+pytestmark = pytest.mark.functional
+
+CONFIG = """
+meta:
+  schema_version: '1.0'
+providers:
+  - identification:
+      uuid: $COMPUTE_NODE
+    inventories:
+      additional:
+        - CUSTOM_FPGA: {total: 4, reserved: 1}
+    traits:
+      additional: [CUSTOM_RACK_12, CUSTOM_LOW_LATENCY]
+"""
+
+
+def publish(agent, source):
+    """What the agent's audit does, with the provider configs merged in."""
+    agent.audit()
+    snapshot = agent.tracker.snapshot()
+    return agent.sync.sync(source.apply(desired_tree(snapshot)))
+
+
+def test_configs_are_published_reloaded_and_bad_files_keep_the_last_good(
+    make_agent, operator, tmp_path
+):
+    confdir = tmp_path / "provider_config"
+    confdir.mkdir()
+    (confdir / "node.yaml").write_text(CONFIG)
+    source = pc.ProviderConfigSource(str(confdir), pc.load(str(confdir)))
+    recorder = Recorder()
+    agent = make_agent(observer=recorder)
+    root = agent.tracker.node_uuid
+    publish(agent, source)
+    traits = set(get(operator, f"/resource_providers/{root}/traits")["traits"])
+    assert {"CUSTOM_RACK_12", "CUSTOM_LOW_LATENCY", "OWNER_NOVA"} <= traits
+    fpga = get(operator, f"/resource_providers/{root}/inventories")["inventories"]["CUSTOM_FPGA"]
+    assert (fpga["total"], fpga["reserved"], fpga["allocation_ratio"]) == (4, 1, 1.0)
+
+    # steady state with configs: still one read
+    recorder.reset()
+    assert publish(agent, source).operations == ()
+    assert recorder.count() == 1 + 1  # the agent's own audit + our publish
+
+    # SIGHUP with a broken file: the last good configuration stays in force
+    (confdir / "node.yaml").write_text("meta: {schema_version: '1.0'}\nproviders: [{}]")
+    assert source.reload() is False
+    assert publish(agent, source).operations == ()
+
+    # SIGHUP with a trait dropped: we remove what we put there, nothing else
+    operator.put("/traits/CUSTOM_OPERATOR")
+    gen = get(operator, f"/resource_providers/{root}")["generation"]
+    operator.put(
+        f"/resource_providers/{root}/traits",
+        json={"resource_provider_generation": gen, "traits": sorted(traits | {"CUSTOM_OPERATOR"})},
+    )
+    (confdir / "node.yaml").write_text(CONFIG.replace(", CUSTOM_LOW_LATENCY", ""))
+    assert source.reload() is True
+    publish(agent, source)
+    after = set(get(operator, f"/resource_providers/{root}/traits")["traits"])
+    assert "CUSTOM_LOW_LATENCY" not in after
+    assert {"CUSTOM_RACK_12", "CUSTOM_OPERATOR", "COMPUTE_NODE"} <= after
