@@ -39,6 +39,8 @@ class DomainInfo:
     :param state: a ``DOMAIN_*`` constant.
     :param vcpus: current vCPU count.
     :param memory_mb: current memory in MiB.
+    :param host_devices: PCI addresses (``dddd:bb:ss.f``) and ``mdev:<uuid>``
+        of the host devices assigned to the domain.
     :param local_disks: the domain's disks under the instances path, as
         ``(path, capacity bytes, physical bytes)``; ``()`` when the driver
         reports no block stats (the test driver).
@@ -50,6 +52,7 @@ class DomainInfo:
     vcpus: int
     memory_mb: int
     local_disks: tuple = ()
+    host_devices: tuple = ()
 
     @property
     def state_name(self):

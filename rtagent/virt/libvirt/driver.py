@@ -95,6 +95,7 @@ class LibvirtDriver(driver.HostDriver):
         )
         self._static = None
         self._info_cache = {}
+        self._hostdev_cache = {}
         self.last_call_count = 0
         self.events_received = 0
 
@@ -116,7 +117,7 @@ class LibvirtDriver(driver.HostDriver):
         local_gb, local_gb_used = disk.disk_gb(st)
         calls = calls_mod.Calls(self._connection)
         try:
-            found = facts.gather(calls, self._static, self._info_cache)
+            found = facts.gather(calls, self._static, self._info_cache, self._hostdev_cache)
         finally:
             self.last_call_count = calls.count
         self._static = found.static
@@ -224,11 +225,25 @@ class LibvirtDriver(driver.HostDriver):
         conn.domainEventRegisterAny(
             None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
         )
+        # Hot-plugged or unplugged devices change a domain without a
+        # lifecycle event; its cached host devices must be read again.
+        for event_id in (
+            libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED,
+            libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
+        ):
+            conn.domainEventRegisterAny(None, event_id, self._on_device, None)
 
     def _on_lifecycle(self, _conn, dom, event, detail, _opaque):
         self.events_received += 1
         self._info_cache.clear()
+        self._hostdev_cache.pop(dom.UUIDString(), None)
         LOG.debug("libvirt lifecycle event %s/%s for domain %s", event, detail, dom.name())
+        self._notify()
+
+    def _on_device(self, _conn, dom, device, _opaque):
+        self.events_received += 1
+        self._hostdev_cache.pop(dom.UUIDString(), None)
+        LOG.debug("libvirt device event for domain %s (%s)", dom.name(), device)
         self._notify()
 
     def _on_close(self, conn, reason, _opaque):

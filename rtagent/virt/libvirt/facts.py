@@ -14,7 +14,7 @@ import logging
 import libvirt
 
 from rtagent.virt.libvirt import connection
-from rtagent.virt.libvirt.probes import capabilities, domains, xmlutil
+from rtagent.virt.libvirt.probes import capabilities, domains, hostdevs, xmlutil
 
 LOG = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ driver does not support them (the test driver).
 """
 
 
-def gather(calls, static=None, info_cache=None):
+def gather(calls, static=None, info_cache=None, hostdev_cache=None):
     """Read the host's raw facts through ``calls``.
 
     :param calls: a :class:`rtagent.virt.libvirt.calls.Calls`.
@@ -78,6 +78,9 @@ def gather(calls, static=None, info_cache=None):
         while the connection it was read on is still the open one.
     :param info_cache: dict ``uuid -> (state, dom.info())`` kept by the
         caller across readings, for drivers without vCPU/balloon stats.
+    :param hostdev_cache: dict ``uuid -> host devices`` kept by the caller
+        across readings and emptied on domain events: a domain's XML is
+        read once when it appears, not on every audit. None: not read.
     :returns: a :class:`HostFacts`.
     :raises rtagent.virt.errors.HypervisorUnavailable: the connection failed.
     :raises rtagent.virt.errors.HostReadError: a fact could not be read.
@@ -91,8 +94,9 @@ def gather(calls, static=None, info_cache=None):
     caps = calls("capabilities", conn.getCapabilities, tolerate=connection.UNSUPPORTED)
     if static is None or static.opens != calls.opens:
         static = _static(calls, conn, caps)
-        if info_cache is not None:
-            info_cache.clear()  # a new connection may be a new daemon
+        for cache in (info_cache, hostdev_cache):
+            if cache is not None:
+                cache.clear()  # a new connection may be a new daemon
     stats = calls("domain stats", conn.getAllDomainStats, DOMAIN_STATS, 0)
     return HostFacts(
         info,
@@ -100,7 +104,7 @@ def gather(calls, static=None, info_cache=None):
         hv_type,
         version,
         hostname,
-        _domain_records(calls, stats, info_cache),
+        _domain_records(calls, stats, info_cache, hostdev_cache),
         caps,
         static,
     )
@@ -143,7 +147,7 @@ def _static(calls, conn, caps):
     return StaticFacts(calls.opens, lib_version or 0, domcaps, expanded)
 
 
-def _domain_records(calls, stats, info_cache):
+def _domain_records(calls, stats, info_cache, hostdev_cache=None):
     records = []
     seen = set()
     for dom, dom_stats in stats:
@@ -169,9 +173,18 @@ def _domain_records(calls, stats, info_cache):
                     continue
                 if info_cache is not None and state is not None:
                     info_cache[uuid] = (state, info)
+        devices = ()
+        if hostdev_cache is not None:
+            devices = hostdev_cache.get(uuid)
+            if devices is None:
+                xml = calls(f"XML of domain {uuid}", dom.XMLDesc, 0, tolerate=connection.NO_DOMAIN)
+                if xml is None:
+                    continue  # undefined meanwhile
+                devices = hostdev_cache[uuid] = hostdevs.host_devices(xml)
         seen.add(uuid)
-        records.append((uuid, name, dom_stats, info))
-    if info_cache is not None:
-        for gone in set(info_cache) - seen:
-            info_cache.pop(gone, None)
+        records.append((uuid, name, dom_stats, info, devices))
+    for cache in (info_cache, hostdev_cache):
+        if cache is not None:
+            for gone in set(cache) - seen:
+                cache.pop(gone, None)
     return records

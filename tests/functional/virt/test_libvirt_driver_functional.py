@@ -77,7 +77,8 @@ def test_connection_is_reused_and_calls_are_counted(demo):
     # carry only the state) + once per connection: getLibVersion and
     # getDomainCapabilities (unsupported here, so isAlive is asked too;
     # no baselineCPU, the test host's CPU has no model).
-    assert demo.last_call_count == 1 + 7 + len(DEMO_DOMAINS) + 3
+    # The domain XML (host devices) is read once per domain too.
+    assert demo.last_call_count == 1 + 7 + 2 * len(DEMO_DOMAINS) + 3
     for _ in range(3):
         demo.read_host()
     # dom.info() answers are kept while a domain's state is unchanged.

@@ -64,6 +64,12 @@ class FakeDomain:
             raise self._error
         return self._info
 
+    def XMLDesc(self, flags):
+        self._conn.calls.append("XMLDesc")
+        if self._error is not None:
+            raise self._error
+        return f"<domain><uuid>{self._uuid}</uuid><devices/></domain>"
+
 
 class FakeConn:
     """Answers like virConnect; ``fail`` maps a method name to an error."""
@@ -204,7 +210,8 @@ def test_reads_a_host():
 def test_call_count_does_not_grow_with_domains_when_stats_are_full(n_domains):
     driver, _ = make_driver(FakeConn(qemu_domains(n_domains)))
     driver.read_host()
-    assert driver.last_call_count == 1 + READING + STATIC  # the open first
+    # the open first; each domain's XML once, when it is first seen
+    assert driver.last_call_count == 1 + READING + STATIC + n_domains
     driver.read_host()
     assert driver.last_call_count == READING
 
@@ -231,7 +238,7 @@ def test_falls_back_to_info_only_for_domains_without_stats():
     driver, _ = make_driver(conn)
     view = driver.read_host()
     assert conn.calls.count("info") == 2
-    assert driver.last_call_count == 1 + READING + STATIC + 2
+    assert driver.last_call_count == 1 + READING + STATIC + 2 + 5  # + 5 domain XMLs
     by_name = {d.name: d for d in view.domains}
     assert (by_name["a"].state, by_name["a"].vcpus, by_name["a"].memory_mb) == (3, 2, 2)
     assert (by_name["b"].state, by_name["b"].vcpus, by_name["b"].memory_mb) == (5, 1, 1)

@@ -10,6 +10,8 @@ libvirt *test* driver returns only ``state.*``) make the driver fall back to
 one ``dom.info()`` per domain; :func:`needs_info` says when.
 """
 
+import dataclasses
+
 from rtagent.virt import errors, host
 
 STATE = "state.state"
@@ -104,8 +106,14 @@ def domains(records):
     """Build the host's domain list.
 
     :param records: iterable of ``(uuid, name, stats, info)`` as taken by
-        :func:`domain`.
+        :func:`domain`, optionally followed by the domain's host devices.
     :returns: a tuple of ``DomainInfo`` sorted by UUID.
     :raises rtagent.virt.errors.HostReadError: as :func:`domain`.
     """
-    return tuple(sorted((domain(*record) for record in records), key=lambda d: d.uuid))
+    built = []
+    for record in records:
+        dom = domain(*record[:4])
+        if len(record) > 4 and record[4]:
+            dom = dataclasses.replace(dom, host_devices=tuple(record[4]))
+        built.append(dom)
+    return tuple(sorted(built, key=lambda d: d.uuid))
