@@ -63,6 +63,13 @@ class _Server(simple_server.WSGIServer):
         self.server_port = port
         self.setup_environ()
 
+    def service_actions(self) -> None:
+        # serve_forever() calls this between requests (at least every poll
+        # interval). A SIGTERM that landed while a request was handled was
+        # swallowed by wsgiref's bare ``except:``; stop here instead.
+        if _stop_requested.is_set():
+            raise _Terminated(0)
+
 
 class _QuietHandler(simple_server.WSGIRequestHandler):
     """Request handler without wsgiref's one-line-per-request stderr log."""
@@ -87,9 +94,14 @@ class _Terminated(SystemExit):
     """Raised by the SIGTERM/SIGINT handler; exit status 0 if uncaught."""
 
 
+_stop_requested = threading.Event()
+
+
 def _terminate(signum, frame):
     # Raising here unwinds serve_forever() in the main thread, so the
-    # finally-blocks below close the socket and remove the portfile.
+    # finally-blocks below close the socket and remove the portfile. The flag
+    # covers a raise that lands inside request handling and is swallowed.
+    _stop_requested.set()
     raise _Terminated(0)
 
 
