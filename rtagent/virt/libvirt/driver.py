@@ -96,6 +96,7 @@ class LibvirtDriver(driver.HostDriver):
         self._static = None
         self._info_cache = {}
         self._hostdev_cache = {}
+        self._domain_cache = {}
         self.last_call_count = 0
         self.events_received = 0
 
@@ -121,7 +122,7 @@ class LibvirtDriver(driver.HostDriver):
         finally:
             self.last_call_count = calls.count
         self._static = found.static
-        doms = domains.domains(found.domain_records)
+        doms = domains.domains(found.domain_records, self._domain_cache)
         shared, dedicated = cpusets.check_cpu_sets(
             self._shared, self._dedicated, self._online_ids(found)
         )

@@ -150,13 +150,17 @@ def _static(calls, conn, caps):
 def _domain_records(calls, stats, info_cache, hostdev_cache=None):
     records = []
     seen = set()
+    # This loop runs once per domain on every audit: locals, not lookups.
+    needs_info = domains.needs_info
+    cached_devices = hostdev_cache.get if hostdev_cache is not None else None
+    append, see = records.append, seen.add
     for dom, dom_stats in stats:
         # UUIDString and name are answered from the client-side handle that
         # getAllDomainStats returned: no call to the hypervisor, not counted.
         uuid = dom.UUIDString()
         name = dom.name()
         info = None
-        if domains.needs_info(dom_stats):
+        if needs_info(dom_stats):
             # Only drivers that lack the vcpu/balloon stats groups get here
             # (in practice the test driver); QEMU fills them for every domain,
             # running or shut off. One extra call per domain that is new or
@@ -174,15 +178,15 @@ def _domain_records(calls, stats, info_cache, hostdev_cache=None):
                 if info_cache is not None and state is not None:
                     info_cache[uuid] = (state, info)
         devices = ()
-        if hostdev_cache is not None:
-            devices = hostdev_cache.get(uuid)
+        if cached_devices is not None:
+            devices = cached_devices(uuid)
             if devices is None:
                 xml = calls(f"XML of domain {uuid}", dom.XMLDesc, 0, tolerate=connection.NO_DOMAIN)
                 if xml is None:
                     continue  # undefined meanwhile
                 devices = hostdev_cache[uuid] = hostdevs.host_devices(xml)
-        seen.add(uuid)
-        records.append((uuid, name, dom_stats, info, devices))
+        see(uuid)
+        append((uuid, name, dom_stats, info, devices))
     for cache in (info_cache, hostdev_cache):
         if cache is not None:
             for gone in set(cache) - seen:

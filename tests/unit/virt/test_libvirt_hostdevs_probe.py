@@ -43,3 +43,21 @@ def test_a_domain_without_host_devices():
 def test_bad_xml_is_a_host_read_error():
     with pytest.raises(errors.HostReadError):
         hostdevs.host_devices("<domain>")
+
+
+def test_unchanged_domains_reuse_their_values_and_changed_ones_are_rebuilt():
+    from rtagent.virt.libvirt.probes import domains
+
+    stats = {"state.state": 1, "vcpu.current": 2, "balloon.current": 2048 * 1024}
+    records = [("u1", "a", dict(stats), None, ()), ("u2", "b", dict(stats), None, ())]
+    cache = {}
+    first = domains.domains(records, cache)
+    again = domains.domains(records, cache)
+    assert again[0] is first[0] and again[1] is first[1]
+    changed = [records[0], ("u2", "b", dict(stats, **{"state.state": 3}), None, ())]
+    third = domains.domains(changed, cache)
+    assert third[0] is first[0]
+    assert third[1].state == 3
+    assert set(cache) == {"u1", "u2"}
+    assert domains.domains(changed[:1], cache) == (first[0],)
+    assert set(cache) == {"u1"}  # gone domains leave the cache
