@@ -18,7 +18,7 @@ import random
 import time
 
 from rtagent.placement import diff as diffmod
-from rtagent.placement import errors
+from rtagent.placement import errors, reshape
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.resources import Inventory, frozen_map
@@ -32,10 +32,12 @@ _CONSISTENT_READ_ATTEMPTS = 3
 
 @dataclasses.dataclass(frozen=True)
 class SyncResult:
-    """What one sync did: attempts made and operations applied."""
+    """What one sync did: attempts made, operations applied, and the class
+    moves done by ``POST /reshaper`` (see :mod:`.reshape`)."""
 
     attempts: int
     operations: tuple
+    reshaped: tuple = ()
 
 
 class ProviderSync:
@@ -85,9 +87,15 @@ class ProviderSync:
         def attempt(number):
             self._refresh(root, desired)
             ops = diffmod.diff(desired, self._view)
-            for op in ops:
-                self._apply(op, desired)
-            return SyncResult(attempts=number, operations=tuple(ops))
+            found = reshape.moves(desired, self._view, ops)
+            bodies = reshape.moved_allocations(self._client, found) if found else {}
+            if bodies:
+                self._reshape(ops, found, bodies, desired)
+            else:
+                found = ()
+                for op in ops:
+                    self._apply(op, desired)
+            return SyncResult(attempts=number, operations=tuple(ops), reshaped=tuple(found))
 
         def on_conflict(exc, number):
             # Nothing to forget by hand: the conflicting provider's generation
@@ -193,6 +201,37 @@ class ProviderSync:
                 generation = self._client.put_traits(op.uuid, current.generation, op.traits)
                 provider = current.replace(generation=generation, traits=op.traits)
         self._view = view.with_provider(provider)
+
+    def _reshape(self, ops, found, bodies, desired):
+        """Apply ``ops``, the involved providers' inventories and the moved
+        allocations together through ``POST /reshaper``."""
+        touched = reshape.involved(found)
+        held = [op for op in ops if isinstance(op, diffmod.SetInventories) and op.uuid in touched]
+        for op in ops:
+            if op not in held:
+                self._apply(op, desired)
+        payload = {}
+        for op in held:
+            current = self._view.get(op.uuid)
+            self._ensure_custom(
+                set(op.inventories) - set(current.inventories),
+                self._client.ensure_resource_class,
+            )
+            payload[op.uuid] = {
+                "resource_provider_generation": current.generation,
+                "inventories": op.inventories,
+            }
+        try:
+            self._client.reshape(payload, bodies)
+        finally:
+            # Reshaper answers no generations: re-read those providers next.
+            for uuid in touched:
+                self._view = self._view.without(uuid)
+        LOG.info(
+            "Reshaped provider tree: moved %s for %d consumer(s)",
+            ", ".join(f"{m.resource_class} {m.source}->{m.dest}" for m in found),
+            len(bodies),
+        )
 
     def _ensure_custom(self, names, create):
         """Create the custom names among ``names`` not known to exist."""
