@@ -58,3 +58,27 @@ def compare(domains, instance_uuids, moving_uuids, *, previous, now, grace):
     }
     missing = tuple(sorted(u for u, t in since.items() if now - t >= grace))
     return Drift(untracked=untracked, missing=missing, missing_since=since)
+
+
+def restart_report(snapshot, counted):
+    """Lines for the operator where restored claims and the host disagree
+    (logged after the first audit following a start)."""
+    lines = []
+    if snapshot.drift.untracked:
+        lines.append(
+            f"{len(snapshot.drift.untracked)} domain(s) on the host have no claim here "
+            f"({', '.join(d.uuid for d in snapshot.drift.untracked[:5])}). If they are "
+            "instances of this node, its state directory was lost or replaced. "
+            + (
+                "Running ones count as used until claimed or removed."
+                if counted
+                else "They are NOT counted as used (count_untracked_domains = false)."
+            )
+        )
+    if snapshot.assigned_missing:
+        lines.append(
+            "identifiers assigned to instances are no longer offered: "
+            f"{dict(snapshot.assigned_missing)}. Check the devices; the claims keep "
+            "them until they are released."
+        )
+    return lines

@@ -156,6 +156,12 @@ class Migration:
     def same_node(self):
         return self.source_node == self.dest_node
 
+    def describe(self):
+        return (
+            f"{self.migration_type} {self.uuid} of instance {self.instance_uuid}: "
+            f"{self.source_node} -> {self.dest_node}"
+        )
+
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
 

@@ -89,14 +89,7 @@ def finish_move(state, migration_uuid):
         )
     elif move.dest_node == node:
         state = state.with_instance(
-            Instance(
-                uuid=move.instance_uuid,
-                flavor=move.new_flavor,
-                resources=move.new_resources,
-                vm_state="active",
-                project_id=move.project_id,
-                assigned=move.new_assigned,
-            )
+            _landed(move, move.new_flavor, move.new_resources, move.new_assigned)
         )
     else:
         state = state.without_instance(move.instance_uuid)
@@ -137,13 +130,18 @@ def revert_move(state, migration_uuid):
         state = state.without_instance(move.instance_uuid)
     elif here is None:
         state = state.with_instance(
-            Instance(
-                uuid=move.instance_uuid,
-                flavor=move.old_flavor,
-                resources=move.old_resources,
-                vm_state="active",
-                project_id=move.project_id,
-                assigned=move.old_assigned,
-            )
+            _landed(move, move.old_flavor, move.old_resources, move.old_assigned)
         )
     return state.without_migrations([migration_uuid])
+
+
+def _landed(move, flavor, resources, assigned):
+    """The instance of ``move`` as it lives on this node after it landed."""
+    return Instance(
+        uuid=move.instance_uuid,
+        flavor=flavor,
+        resources=resources,
+        vm_state="active",
+        project_id=move.project_id,
+        assigned=assigned,
+    )

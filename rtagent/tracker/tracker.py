@@ -21,8 +21,18 @@ import time
 from oslo_concurrency import lockutils
 
 from rtagent.resources import frozen_map
-from rtagent.tracker import assigned, claims, drift, errors, ledger, moves, stats, view
-from rtagent.tracker.model import Claim, Flavor, Instance, Migration, NodeSnapshot, check_uuid
+from rtagent.tracker import (
+    assigned,
+    claims,
+    drift,
+    errors,
+    ledger,
+    moves,
+    requests,
+    stats,
+    view,
+)
+from rtagent.tracker.model import Claim, NodeSnapshot, check_uuid
 from rtagent.tracker.state import FitContext, NodeState, changes
 
 LOG = logging.getLogger(__name__)
@@ -141,7 +151,8 @@ class Tracker:
             self._recompute_inventories()
             snap = self._snapshot()
         if first:
-            _log_restored_mismatch(snap, self._count_untracked)
+            for message in drift.restart_report(snap, self._count_untracked):
+                LOG.warning("Node %s: %s", snap.node_uuid, message)
         return snap
 
     def mark_host_unavailable(self, reason):
@@ -222,25 +233,18 @@ class Tracker:
         :raises InstanceClaimConflict: the instance holds a different claim.
         :raises StateError: the durable write failed; nothing changed.
         """
-        instance_uuid = check_uuid(instance_uuid)
-        _check_flavor(flavor)
-        checked_limits = ledger.check_limits(limits)
-        requested = ledger.requested_resources(flavor, volume_backed)
-        instance = Instance(
-            instance_uuid,
-            flavor,
-            frozen_map(requested),
-            volume_backed=volume_backed,
-            project_id=str(project_id or ""),
+        instance = requests.instance(
+            instance_uuid, flavor, volume_backed=volume_backed, project_id=project_id
         )
-        with self._locked("instance_claim", instance_uuid):
+        checked_limits = ledger.check_limits(limits)
+        with self._locked("instance_claim", instance.uuid):
             new = claims.claim_instance(
                 self._state, self._context(), instance, checked_limits, assigned
             )
             self._commit(new)
-            held = self._state.instances[instance_uuid]
-        LOG.info("Claimed %s for instance %s", requested, instance_uuid)
-        return self._claim_of(held)
+            held = self._state.instances[instance.uuid]
+        LOG.info("Claimed %s for instance %s", dict(held.resources), held.uuid)
+        return Claim(held.uuid, self.node_uuid, held.resources)
 
     def abort_instance_claim(self, instance_uuid):
         """Release an instance's claim. Returns False if there was none.
@@ -303,33 +307,22 @@ class Tracker:
         :raises ComputeResourcesUnavailable: the destination cannot fit it.
         :raises StateError: the durable write failed; nothing changed.
         """
-        new_flavor = new_flavor or old_flavor
-        _check_flavor(old_flavor)
-        _check_flavor(new_flavor)
-        migration = Migration(
-            uuid=check_uuid(migration_uuid, "migration_uuid"),
-            instance_uuid=check_uuid(instance_uuid),
-            migration_type=migration_type,
-            source_node=check_uuid(source_node, "source_node"),
-            dest_node=check_uuid(dest_node, "dest_node"),
+        migration = requests.migration(
+            migration_uuid,
+            instance_uuid,
+            migration_type,
+            source_node=source_node,
+            dest_node=dest_node,
             old_flavor=old_flavor,
             new_flavor=new_flavor,
-            old_resources=frozen_map(ledger.requested_resources(old_flavor, volume_backed)),
-            new_resources=frozen_map(ledger.requested_resources(new_flavor, volume_backed)),
+            volume_backed=volume_backed,
         )
         checked_limits = ledger.check_limits(limits)
         with self._locked("start_move", migration.uuid):
             ctx = self._context() if migration.dest_node == self.node_uuid else None
             new = moves.start_move(self._state, ctx, migration, checked_limits, assigned)
             self._commit(new)
-        LOG.info(
-            "Move %s (%s) of instance %s recorded: %s -> %s",
-            migration.uuid,
-            migration_type,
-            migration.instance_uuid,
-            migration.source_node,
-            migration.dest_node,
-        )
+        LOG.info("Move recorded: %s", migration.describe())
         return True
 
     def finish_move(self, migration_uuid):
@@ -408,34 +401,4 @@ class Tracker:
             untracked_usage=frozen_map(ledger.usage([], extra)),
             released=state.released,
             disabled=self._disabled,
-        )
-
-    def _claim_of(self, instance):
-        return Claim(instance.uuid, self.node_uuid, instance.resources)
-
-
-def _check_flavor(flavor):
-    if not isinstance(flavor, Flavor):
-        raise errors.InvalidClaimRequest(reason=f"flavor must be a Flavor, got {flavor!r}")
-
-
-def _log_restored_mismatch(snap, counted):
-    """After a restart, say where restored claims and the host disagree."""
-    if snap.drift.untracked:
-        LOG.warning(
-            "Node %s: %d domain(s) on the host have no claim here (%s). If they are "
-            "instances of this node, its state directory was lost or replaced. %s",
-            snap.node_uuid,
-            len(snap.drift.untracked),
-            ", ".join(d.uuid for d in snap.drift.untracked[:5]),
-            "Running ones count as used until claimed or removed."
-            if counted
-            else "They are NOT counted as used (count_untracked_domains = false).",
-        )
-    if snap.assigned_missing:
-        LOG.warning(
-            "Node %s: identifiers assigned to instances are no longer offered: %s. "
-            "Check the devices; the claims keep them until they are released.",
-            snap.node_uuid,
-            dict(snap.assigned_missing),
         )

@@ -158,3 +158,22 @@ def test_compute_node_view_fields():
         "updated_at": "2026-01-01T00:00:00+00:00",
     }
     assert cn["stats"]["num_instances"] == "1"
+
+
+def test_restart_report_says_what_to_do():
+    snap = NodeSnapshot(
+        node_uuid="n",
+        host=None,
+        inventories=frozen_map({}),
+        usage=frozen_map({}),
+        instances=(),
+        drift=drift.Drift(untracked=(dom("x"),)),
+        assigned_missing=frozen_map({"CUSTOM_VGPU": ("g9",)}),
+    )
+    counted, gpus = drift.restart_report(snap, counted=True)
+    assert "1 domain(s) on the host have no claim here (x)" in counted
+    assert "count as used" in counted
+    assert "NOT counted" in drift.restart_report(snap, counted=False)[0]
+    assert "g9" in gpus
+    clean = NodeSnapshot("n", None, frozen_map({}), frozen_map({}), (), drift=drift.Drift())
+    assert drift.restart_report(clean, counted=True) == []
