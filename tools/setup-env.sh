@@ -46,3 +46,4 @@ if [ ! -f "$stamp" ] || [ "$top/pyproject.toml" -nt "$stamp" ]; then
     "$venv/bin/pip" install -q -e "$top[test]"
     touch "$stamp"
 fi
+"$top/tools/setup-postgres.sh"

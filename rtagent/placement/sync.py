@@ -91,11 +91,13 @@ class ProviderSync:
             bodies = reshape.moved_allocations(self._client, found) if found else {}
             if bodies:
                 self._reshape(ops, found, bodies, desired)
+                retried = 0
             else:
                 found = ()
-                for op in ops:
-                    self._apply(op, desired)
-            return SyncResult(attempts=number, operations=tuple(ops), reshaped=tuple(found))
+                retried = self._apply_by_provider(root, ops, desired)
+            return SyncResult(
+                attempts=number + retried, operations=tuple(ops), reshaped=tuple(found)
+            )
 
         def on_conflict(exc, number):
             # Nothing to forget by hand: the conflicting provider's generation
@@ -122,6 +124,51 @@ class ProviderSync:
         if result.operations:
             LOG.info("Placement updated: %s", ", ".join(_describe(op) for op in result.operations))
         return result
+
+    def _apply_by_provider(self, root, ops, desired):
+        """Apply ``ops`` provider by provider; :returns: conflicts retried.
+
+        A generation conflict on one provider re-reads only that provider
+        (inventories and traits, two GETs), re-diffs it and writes again,
+        under the same retry policy. The window between our read and our
+        write stays a few requests long, so the agent still gets through
+        when others write to its providers several times a second.
+        """
+        retried = 0
+        groups = {}
+        for op in ops:
+            groups.setdefault(op.uuid, []).append(op)
+        for uuid, group in groups.items():
+
+            def apply(number, uuid=uuid, group=group):
+                nonlocal retried
+                if number > 1:
+                    retried += 1
+                    cached = self._view.get(uuid)
+                    fresh = self._read_provider(
+                        {
+                            "uuid": uuid,
+                            "name": cached.name,
+                            "parent_provider_uuid": cached.parent_uuid,
+                        }
+                    )
+                    self._view = self._view.with_provider(fresh)
+                    group = diffmod.diff(ProviderTree([desired.get(uuid)]), ProviderTree([fresh]))
+                for op in group:
+                    self._apply(op, desired)
+
+            def on_conflict(exc, number, uuid=uuid):
+                LOG.info("Generation conflict on provider %s (try %d), re-reading it", uuid, number)
+
+            self._policy.call(
+                apply,
+                retry_on=(errors.GenerationConflict, errors.ProviderChanging),
+                on_retry=on_conflict,
+                exhausted=lambda exc, n: errors.SyncConflictsExhausted(root=root, attempts=n),
+                sleep=self._sleep,
+                rng=self._rng,
+            )
+        return retried
 
     def _refresh(self, root, desired):
         view = []

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Prepare a fresh Debian 12 machine for the PostgreSQL-backed Placement tests
+# (tests/integration/test_placement_pg.py, rtagent.testing.postgres): the
+# postgresql packages and psycopg2 in the virtualenv. Idempotent. Nothing is
+# started here (Debian's own cluster is not used); the tests start and stop a
+# private server by PID.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+venv=${RTAGENT_VENV:-$top/.venv}
+
+if [ ! -x /usr/lib/postgresql/15/bin/initdb ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup-postgres: need root to install postgresql" >&2
+        exit 1
+    fi
+    echo "setup-postgres: installing postgresql"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+fi
+
+if ! "$venv/bin/python" -c "import psycopg2" 2>/dev/null; then
+    echo "setup-postgres: installing psycopg2-binary into $venv"
+    "$venv/bin/pip" install -q psycopg2-binary
+fi
