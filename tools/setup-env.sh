@@ -34,6 +34,7 @@ fi
 
 # A real libvirtd + QEMU for tests/integration (make test runs them).
 "$top/tools/setup-libvirtd.sh"
+"$top/tools/setup-rabbitmq.sh"  # a private broker for the RPC tests, demo and benchmark
 
 stamp=$venv/.rtagent-installed
 if [ ! -x "$venv/bin/python" ]; then

@@ -1,0 +1,83 @@
+"""The RPC error contract: every reply is a plain JSON envelope.
+
+A caller in another codebase matches on ``error.code`` (a stable string,
+never changed once published) without importing rtagent and without
+``allowed_remote_exmods``::
+
+    {"ok": true,  "result": {...}}
+    {"ok": false, "error": {"code": "tracker.compute_resources_unavailable",
+                            "message": "...", "retriable": false,
+                            "details": {"reasons": ["MEMORY_MB: ..."]}}}
+
+The codes are those of rtagent's exception hierarchy (``RtagentError.code``)
+plus the few defined here for the RPC edge itself.
+"""
+
+import logging
+
+from rtagent import exception
+from rtagent.tracker import errors as tracker_errors
+
+LOG = logging.getLogger(__name__)
+
+
+class RPCError(exception.RtagentError):
+    code = "rpc.error"
+    msg_fmt = "RPC error."
+
+
+class InvalidRequest(RPCError):
+    """The arguments do not match the method's schema. Nothing changed.
+
+    ``path`` names the offending argument (``flavor.vcpus``).
+    """
+
+    code = "rpc.invalid_request"
+    msg_fmt = "Invalid arguments for {method}: {path}: {reason}"
+
+    def __init__(self, method, path, reason):
+        self.path = path
+        super().__init__(method=method, path=path or "(arguments)", reason=reason)
+
+
+# Codes a caller may retry later on the same node: the condition passes.
+RETRIABLE = frozenset(
+    {
+        tracker_errors.NodeNotReady.code,
+        tracker_errors.HostUnavailable.code,
+        tracker_errors.StateError.code,
+    }
+)
+
+INTERNAL_ERROR = "rpc.internal_error"
+
+
+def ok(result):
+    return {"ok": True, "result": result}
+
+
+def reply_for(exc, method):
+    """The error envelope for ``exc`` raised while serving ``method``."""
+    if isinstance(exc, exception.RtagentError):
+        details = {}
+        if isinstance(exc, tracker_errors.ComputeResourcesUnavailable):
+            details["reasons"] = list(exc.reasons)
+        elif isinstance(exc, InvalidRequest):
+            details["path"] = exc.path
+        return _error(exc.code, str(exc), details)
+    # A bug, not a condition: keep the traceback in our log, give the caller
+    # a code it can match and no internals.
+    LOG.exception("RPC %s failed unexpectedly", method)
+    return _error(INTERNAL_ERROR, f"{method} failed: {type(exc).__name__}", {})
+
+
+def _error(code, message, details):
+    return {
+        "ok": False,
+        "error": {
+            "code": code,
+            "message": message,
+            "retriable": code in RETRIABLE,
+            "details": details,
+        },
+    }

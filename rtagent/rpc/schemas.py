@@ -1,0 +1,165 @@
+"""JSON schemas of the RPC API 1.0 arguments: one per method.
+
+These are the contract published in docs/rpc-api.md (generated from here by
+``python -m rtagent.rpc.schemas``). Every schema forbids unknown arguments;
+sizes are bounded so that no call can make the agent do unbounded work.
+Bounds are generous for real flavors (nova's own limits are lower) and
+exist to refuse garbage, not to police capacity: fit is the tracker's job.
+"""
+
+import json
+
+# Canonical hyphenated form only; normalised to lower case by the endpoint.
+UUID = {
+    "type": "string",
+    "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+}
+
+# A whole call's arguments, serialised as JSON, may not exceed this.
+MAX_ARGUMENTS_BYTES = 64 * 1024
+
+_TEXT = {"type": "string", "maxLength": 255, "pattern": "^[^\\u0000-\\u001f\\u007f]*$"}
+
+FLAVOR = {
+    "type": "object",
+    "properties": {
+        "vcpus": {"type": "integer", "minimum": 1, "maximum": 4096},
+        # MiB; up to 64 TiB.
+        "memory_mb": {"type": "integer", "minimum": 1, "maximum": 64 * 1024 * 1024},
+        # GiB; up to 1 PiB each.
+        "root_gb": {"type": "integer", "minimum": 0, "maximum": 1024 * 1024},
+        "ephemeral_gb": {"type": "integer", "minimum": 0, "maximum": 1024 * 1024},
+        "swap_mb": {"type": "integer", "minimum": 0, "maximum": 64 * 1024 * 1024},
+        "name": _TEXT,
+    },
+    "required": ["vcpus", "memory_mb"],
+    "additionalProperties": False,
+}
+
+_LIMIT = {"type": ["number", "null"], "minimum": 0, "maximum": 1e12}
+
+# Nova's scheduler limits; numa_topology is accepted and not checked yet.
+LIMITS = {
+    "type": ["object", "null"],
+    "properties": {
+        "vcpu": _LIMIT,
+        "memory_mb": _LIMIT,
+        "disk_gb": _LIMIT,
+        "numa_topology": {"type": ["object", "null"], "maxProperties": 64},
+    },
+    "additionalProperties": False,
+}
+
+# resource class -> number of identified units to assign (see the tracker).
+ASSIGNED = {
+    "type": ["object", "null"],
+    "propertyNames": {"pattern": "^[A-Z][A-Z0-9_]{0,254}$"},
+    "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 1024},
+    "maxProperties": 16,
+}
+
+# nova.compute.vm_states
+VM_STATES = (
+    "active",
+    "building",
+    "paused",
+    "suspended",
+    "stopped",
+    "rescued",
+    "resized",
+    "soft-delete",
+    "deleted",
+    "error",
+    "shelved",
+    "shelved_offloaded",
+)
+
+MOVE_TYPES = ("resize", "migration", "live-migration", "evacuation")
+
+_NODE = {"node_uuid": UUID}
+
+
+def _method(properties=None, required=()):
+    props = dict(_NODE)
+    props.update(properties or {})
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+METHODS = {
+    "ping": {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    },
+    "instance_claim": _method(
+        {
+            "instance_uuid": UUID,
+            "flavor": FLAVOR,
+            "limits": LIMITS,
+            "volume_backed": {"type": "boolean"},
+            "project_id": _TEXT,
+            "assigned": ASSIGNED,
+        },
+        required=("instance_uuid", "flavor"),
+    ),
+    "abort_instance_claim": _method({"instance_uuid": UUID}, required=("instance_uuid",)),
+    "update_instance": _method(
+        {
+            "instance_uuid": UUID,
+            "vm_state": {"enum": [*VM_STATES, None]},
+            "task_state": {
+                "type": ["string", "null"],
+                "pattern": "^[a-z][a-z_]{0,63}$",
+            },
+        },
+        required=("instance_uuid",),
+    ),
+    "start_move": _method(
+        {
+            "migration_uuid": UUID,
+            "instance_uuid": UUID,
+            "migration_type": {"enum": list(MOVE_TYPES)},
+            "source_node": UUID,
+            "dest_node": UUID,
+            "old_flavor": FLAVOR,
+            "new_flavor": {"anyOf": [FLAVOR, {"type": "null"}]},
+            "volume_backed": {"type": "boolean"},
+            "limits": LIMITS,
+            "assigned": ASSIGNED,
+        },
+        required=(
+            "migration_uuid",
+            "instance_uuid",
+            "migration_type",
+            "source_node",
+            "dest_node",
+            "old_flavor",
+        ),
+    ),
+    "finish_move": _method({"migration_uuid": UUID}, required=("migration_uuid",)),
+    "confirm_move": _method({"migration_uuid": UUID}, required=("migration_uuid",)),
+    "revert_move": _method({"migration_uuid": UUID}, required=("migration_uuid",)),
+    "build_failed": _method(),
+    "build_succeeded": _method(),
+    "set_disabled": _method(
+        {"disabled": {"type": "boolean"}, "reason": _TEXT},
+        required=("disabled",),
+    ),
+    "get_compute_node": _method(),
+    "get_status": _method(),
+}
+
+
+def main():
+    """Print every method's schema (for docs/rpc-api.md)."""
+    for name, schema in METHODS.items():
+        print(f"### {name}\n\n```json\n{json.dumps(schema, indent=2)}\n```\n")
+
+
+if __name__ == "__main__":
+    main()

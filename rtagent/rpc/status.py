@@ -1,0 +1,55 @@
+"""The node's status as one JSON-able dict: what ``rtagent status`` shows,
+``get_status`` answers and the health endpoint serves. Pure over a
+snapshot."""
+
+import time
+
+
+def node_status(snapshot, sync=None, now=None):
+    """The status of one node.
+
+    :param snapshot: a :class:`rtagent.tracker.model.NodeSnapshot`.
+    :param sync: a dict of the node's sync state (see the daemon), or None.
+    :param now: wall-clock seconds, for ages (default: now).
+    """
+    now = time.time() if now is None else now
+    resources = {}
+    for rc, inv in sorted(snapshot.inventories.items()):
+        capacity = inv.capacity
+        used = snapshot.usage.get(rc, 0)
+        resources[rc] = {
+            "total": inv.total,
+            "reserved": inv.reserved,
+            "allocation_ratio": inv.allocation_ratio,
+            "capacity": capacity,
+            "used": used,
+            "free": capacity - used,
+        }
+    drift = snapshot.drift
+    return {
+        "node_uuid": snapshot.node_uuid,
+        "hypervisor_hostname": snapshot.hypervisor_hostname,
+        "disabled": snapshot.disabled,
+        "unavailable": snapshot.unavailable,
+        "resources": resources,
+        "instances": len(snapshot.instances),
+        "moves": [
+            {
+                "migration_uuid": m.uuid,
+                "instance_uuid": m.instance_uuid,
+                "migration_type": m.migration_type,
+                "status": m.status,
+                "source_node": m.source_node,
+                "dest_node": m.dest_node,
+            }
+            for m in snapshot.migrations
+        ],
+        "drift": {
+            "untracked_domains": [
+                {"uuid": d.uuid, "name": d.name} for d in (drift.untracked if drift else ())
+            ],
+            "missing_instances": list(drift.missing if drift else ()),
+        },
+        "sync": dict(sync) if sync else None,
+        "generated_at": now,
+    }
