@@ -3,11 +3,12 @@
 This is the whole data path of a tick, in the order that keeps every
 tracker lock free of I/O:
 
-1. ``driver.read_nodes()``         hypervisor calls, no lock held;
-2. ``tracker.update_host(view)``    per node, lock held: memory only;
-3. ``desired_tree(snapshot)``       pure;
-4. ``sync.sync(desired)``           per node, Placement calls, no lock held;
-5. ``tracker.set_placement_ratios`` lock held: memory and one local write.
+1. ``driver.read_nodes()``          hypervisor calls, no lock held;
+2. ``tracker.update_host(view)``     per node, lock held: memory only;
+3. ``desired_tree(snapshot)``        pure, then merged with provider configs;
+4. ``sync.sync(desired)``            per node, Placement calls, no lock held;
+5. ``tracker.set_placement_ratios``  lock held: memory and one local write;
+6. healing of released consumers     Placement calls, no lock held.
 """
 
 import dataclasses
@@ -15,7 +16,10 @@ import logging
 import time
 
 from rtagent import exception
+from rtagent.placement import allocations, standalone
+from rtagent.placement import errors as placement_errors
 from rtagent.placement.desired import desired_tree
+from rtagent.placement.health import SyncHealth
 from rtagent.virt.errors import HypervisorUnavailable
 
 LOG = logging.getLogger(__name__)
@@ -23,8 +27,9 @@ LOG = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class AuditResult:
-    """:param snapshot, sync: the primary node's snapshot and sync result.
-    :param nodes: node UUID -> (snapshot, sync result or the error raised).
+    """:param snapshot, sync: the primary node's snapshot and sync result
+        (None while its sync backs off after failures).
+    :param nodes: node UUID -> (snapshot, sync result, None, or the error).
     """
 
     snapshot: object
@@ -42,15 +47,33 @@ class Agent:
 
     :param nodes: a :class:`rtagent.tracker.nodes.NodeSet`.
     :param make_sync: callable() -> ProviderSync, one per node's tree.
+    :param client: the PlacementClient, for healing and standalone claims.
+    :param provider_configs: a ProviderConfigSource, or None.
+    :param make_health: callable() -> SyncHealth (its backoff), per node.
     """
 
-    def __init__(self, driver, nodes, make_sync, store=None, clock=time.monotonic):
+    def __init__(
+        self,
+        driver,
+        nodes,
+        make_sync,
+        *,
+        store=None,
+        client=None,
+        provider_configs=None,
+        make_health=SyncHealth,
+        clock=time.monotonic,
+    ):
         self.driver = driver
         self.nodes = nodes
+        self.provider_configs = provider_configs
+        self.consumers = allocations.ConsumerReport()
         self._make_sync = make_sync
-        self._syncs = {}
+        self._make_health = make_health
+        self._client = client
         self._store = store
         self._clock = clock
+        self._syncs, self._health, self._healers = {}, {}, {}
 
     @property
     def tracker(self):
@@ -63,21 +86,22 @@ class Agent:
         return self._sync_for(self.nodes.primary_uuid)
 
     def _sync_for(self, node_uuid):
-        sync = self._syncs.get(node_uuid)
-        if sync is None:
-            sync = self._syncs[node_uuid] = self._make_sync()
-        return sync
+        if node_uuid not in self._syncs:
+            self._syncs[node_uuid] = self._make_sync()
+            self._health[node_uuid] = self._make_health()
+        return self._syncs[node_uuid]
 
     def audit(self):
         """Run one audit tick over every node.
 
         A failing node does not stop the others; the first error is raised
-        after all nodes were tried.
+        after all nodes were tried. A node whose sync failed is retried
+        with a jittered backoff (no request until it is due).
 
         :raises rtagent.virt.errors.VirtError: the host could not be read;
             claims are refused until it can.
         :raises rtagent.placement.errors.PlacementError: a sync failed;
-            local accounting is up to date and the next tick retries.
+            local accounting is up to date and a later tick retries.
         """
         started = self._clock()
         try:
@@ -88,33 +112,109 @@ class Agent:
             for tracker in self.nodes.trackers():
                 tracker.mark_host_unavailable(exc)
             raise
-        results, first_error = {}, None
+        results, errors = {}, []
+        for tracker, snapshot, desired in self._desired(views):
+            try:
+                outcome = self._publish(tracker, snapshot, desired)
+            except exception.RtagentError as exc:
+                LOG.warning("Sync of node %s failed: %s", snapshot.node_uuid, exc)
+                errors.append(exc)
+                outcome = exc
+            results[snapshot.node_uuid] = (snapshot, outcome)
+        for gone in self.nodes.removed:
+            self._syncs.pop(gone, None)
+            self._health.pop(gone, None)
+            self._healers.pop(gone, None)
+        if errors:
+            raise errors[0]
+        primary = results.get(self.nodes.primary_uuid) or next(iter(results.values()))
+        return AuditResult(primary[0], primary[1], self._clock() - started, results)
+
+    def _desired(self, views):
+        """(tracker, snapshot, desired tree) per node, configs merged in."""
         managed = self.driver.managed_traits
+        pending = []
         for tracker, view in self.nodes.assign(views):
             snapshot = tracker.update_host(view)
-            sync = self._sync_for(snapshot.node_uuid)
             desired = desired_tree(
                 snapshot,
                 driver_traits=getattr(view, "traits", frozenset()),
                 managed_traits=managed,
             )
-            try:
-                outcome = sync.sync(desired)
-                tracker.set_placement_ratios(sync.placement_ratios(snapshot.node_uuid))
-            except exception.RtagentError as exc:
-                if first_error is not None:
-                    LOG.warning("Sync of node %s failed too: %s", snapshot.node_uuid, exc)
-                first_error = first_error or exc
-                outcome = exc
-            results[snapshot.node_uuid] = (snapshot, outcome)
-        for gone in self.nodes.removed:
-            self._syncs.pop(gone, None)
-        if first_error is not None:
-            raise first_error
-        seconds = self._clock() - started
-        primary = results.get(self.nodes.primary_uuid) or next(iter(results.values()))
-        LOG.debug("Audit of %d node(s) took %.3f s", len(results), seconds)
-        return AuditResult(snapshot=primary[0], sync=primary[1], seconds=seconds, nodes=results)
+            pending.append((tracker, snapshot, desired))
+        if self.provider_configs is not None:
+            merged = self.provider_configs.apply_all({s.node_uuid: d for _, s, d in pending})
+            pending = [(t, s, merged[s.node_uuid]) for t, s, _ in pending]
+        return pending
+
+    def _publish(self, tracker, snapshot, desired):
+        """Sync one node's tree, then heal its released consumers."""
+        node = snapshot.node_uuid
+        sync = self._sync_for(node)
+        health = self._health[node]
+        if not health.due():
+            return None  # backing off after failures: no request now
+        try:
+            outcome = sync.sync(desired)
+            tracker.set_placement_ratios(sync.placement_ratios(node))
+            self._heal(tracker, snapshot, desired)
+        except placement_errors.PlacementError as exc:
+            health.record_failure(exc)
+            raise
+        health.record_success()
+        return outcome
+
+    def _heal(self, tracker, snapshot, desired):
+        if not snapshot.released or self._client is None:
+            return
+        healer = self._healers.setdefault(
+            snapshot.node_uuid, allocations.AllocationHealer(self._client)
+        )
+        result = healer.heal(
+            snapshot.released,
+            [p.uuid for p in desired],
+            still_released=lambda consumer: consumer in tracker.snapshot().released,
+        )
+        if result.healed:
+            tracker.forget_released(result.healed)
+
+    def claim_standalone(self, instance_uuid, flavor, *, project_id, user_id, node_uuid=None, **kw):
+        """Claim locally and write the allocation to Placement ourselves
+        (no Nova scheduler); a refusal by Placement rolls the claim back.
+
+        See :func:`rtagent.placement.standalone.claim_standalone`.
+        """
+        tracker = self.nodes.get(node_uuid) if node_uuid else self.tracker
+        return standalone.claim_standalone(
+            tracker,
+            self._client,
+            instance_uuid,
+            flavor,
+            project_id=project_id,
+            user_id=user_id,
+            **kw,
+        )
+
+    def sync_status(self):
+        """node UUID -> sync state (in sync, last success, last error...)."""
+        return {node: health.status().to_dict() for node, health in self._health.items()}
+
+    def report_unknown_consumers(self, node_uuid=None):
+        """Allocations on our providers held by consumers this agent does
+        not know: reported (log, status), never deleted. One GET per
+        provider, so it is run on demand, not every tick."""
+        node_uuid = node_uuid or self.nodes.primary_uuid
+        snap = self.nodes.get(node_uuid).snapshot()
+        known = (
+            {i.uuid for i in snap.instances}
+            | {m.uuid for m in snap.migrations}
+            | {m.instance_uuid for m in snap.migrations}
+            | set(snap.released)
+        )
+        found = allocations.unknown_consumers(
+            self._client, self._sync_for(node_uuid).view.generations(), known
+        )
+        return self.consumers.update(found)
 
     def close(self):
         """Close the hypervisor connection and the state store."""

@@ -10,6 +10,7 @@ from keystoneauth1 import loading as ks_loading
 
 from rtagent.agent import Agent
 from rtagent.conf import placement as placement_conf
+from rtagent.placement import provider_config
 from rtagent.placement.client import MICROVERSION, PlacementClient
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.sync import ProviderSync
@@ -96,8 +97,10 @@ def build_agent(conf, driver=None, adapter=None, observer=None):
     :raises rtagent.tracker.errors.StateError, NodeIdentityError: the state
         directory or the identity file is unusable.
     """
-    # The driver first: a bad [compute] CPU set is a config error, reported
-    # before the state directory is touched.
+    # Config-like checks first, reported before the state directory is
+    # touched: provider config files, then the driver (a bad [compute] CPU set).
+    location = conf.compute.provider_config_location
+    configs = provider_config.ProviderConfigSource(location, provider_config.load(location))
     driver = driver or libvirt_driver(conf)
     try:
         store = Store(conf.state_path)
@@ -125,4 +128,11 @@ def build_agent(conf, driver=None, adapter=None, observer=None):
         driver.close()
         raise
     LOG.info("Node %s: state in %s", node_uuid, conf.state_path)
-    return Agent(driver, nodes, lambda: ProviderSync(client, retry), store=store)
+    return Agent(
+        driver,
+        nodes,
+        lambda: ProviderSync(client, retry),
+        store=store,
+        client=client,
+        provider_configs=configs,
+    )

@@ -12,6 +12,7 @@ from keystoneauth1.loading import get_plugin_loader
 from rtagent import conf as rtconf
 from rtagent import service
 from rtagent.placement.client import MICROVERSION, RequestObserver
+from rtagent.placement.health import SyncHealth
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO_HOST_XML = os.path.join(ROOT, "etc", "rtagent", "demo-host.xml")
@@ -90,13 +91,18 @@ def make_conf(tmp_path):
 
 @pytest.fixture
 def make_agent(placement, make_conf):
-    """Build agents the way the service does, against the fixture."""
+    """Build agents the way the service does, against the fixture.
+
+    Their sync retries on the very next audit after a failure (no backoff),
+    unless a test about backoff passes its own ``make_health``.
+    """
     agents = []
 
-    def make(conf=None, observer=None):
+    def make(conf=None, observer=None, make_health=None):
         agent = service.build_agent(
             conf or make_conf(), adapter=make_adapter(placement.endpoint), observer=observer
         )
+        agent._make_health = make_health or (lambda: SyncHealth(base_delay=0, max_delay=0))
         agents.append(agent)
         return agent
 

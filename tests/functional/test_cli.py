@@ -175,3 +175,15 @@ def test_run_stops_on_sigterm_with_exit_0(tmp_path, placement_process):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_bad_provider_config_file_is_one_line_and_nothing_is_written(tmp_path):
+    configs = tmp_path / "provider_config"
+    configs.mkdir()
+    (configs / "broken.yaml").write_text("meta: {schema_version: '1.0'}\nproviders: [{}]\n")
+    conf = write_conf(tmp_path, extra=f"[compute]\nprovider_config_location = {configs}\n")
+    result = rtagent("--config-file", str(conf), "audit")
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "broken.yaml" in lines[0], result.stderr
+    assert not (tmp_path / "state").exists()

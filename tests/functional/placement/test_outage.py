@@ -45,22 +45,31 @@ class Clock:
 
 def test_outage_backoff_then_convergence(make_agent, placement, operator):
     recorder = Recorder()
-    agent = make_agent(observer=recorder)
     clock = Clock()
-    health = SyncHealth(base_delay=10, max_delay=60, clock=clock, wall=clock, rng=lambda: 1.0)
+    agent = make_agent(
+        observer=recorder,
+        make_health=lambda: SyncHealth(
+            base_delay=10, max_delay=60, clock=clock, wall=clock, rng=lambda: 1.0
+        ),
+    )
     root = agent.tracker.node_uuid
 
+    class Health:
+        """The agent's own sync health of the root node."""
+
+        @staticmethod
+        def status():
+            return agent._health[root].status()
+
+    health = Health()
+
     def tick():
-        """What the agent's loop does around a sync."""
-        if not health.due():
-            return "skipped"
+        """One audit of the agent: synced, failed, or skipped (backing off)."""
         try:
-            agent.audit()
-        except errors.PlacementError as exc:
-            health.record_failure(exc)
+            result = agent.audit()
+        except errors.PlacementError:
             return "failed"
-        health.record_success()
-        return "synced"
+        return "skipped" if result.sync is None else "synced"
 
     assert tick() == "synced" and health.status().in_sync
 
