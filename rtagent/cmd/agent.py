@@ -1,7 +1,11 @@
 """``rtagent``: the agent's command line.
 
-    rtagent [--config-file FILE ...] run      audit every audit_interval until SIGTERM
+    rtagent [--config-file FILE ...] run      the service: audits, RPC, health (SIGTERM stops)
     rtagent [--config-file FILE ...] audit    one audit and sync, then print the node
+    rtagent [--config-file FILE ...] audit --dry-run
+                                              the tree it would push and the diff; no writes
+    rtagent [--config-file FILE ...] status [--json]
+                                              the running agent's view of its nodes
 
 A configuration or state problem ends the command with one line on stderr
 naming what to fix and exit status 2 (no traceback).
@@ -9,17 +13,18 @@ naming what to fix and exit status 2 (no traceback).
 
 import json
 import logging as std_logging
-import signal
 import sys
-import threading
 
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_reports import opts as gmr_opts
 
 from rtagent import conf as rtconf
 from rtagent import exception
+from rtagent.conf import daemon as daemon_conf
+from rtagent.conf import health as health_conf
 from rtagent.conf import validation
-from rtagent.periodic import PeriodicLoop
+from rtagent.rpc import transport
 
 LOG = logging.getLogger(__name__)
 
@@ -28,7 +33,14 @@ EXIT_CONFIG = 2
 
 def _add_commands(subparsers):
     subparsers.add_parser("run", help="Run the agent until SIGTERM or SIGINT.")
-    subparsers.add_parser("audit", help="Run one audit and sync, then print the node.")
+    audit = subparsers.add_parser("audit", help="Run one audit and sync, then print the node.")
+    audit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="Print the provider tree and the diff against Placement; write nothing.",
+    )
+    status = subparsers.add_parser("status", help="Show the running agent's view of its nodes.")
+    status.add_argument("--json", action="store_true", help="Print JSON.")
 
 
 def _load_conf(argv):
@@ -40,41 +52,30 @@ def _load_conf(argv):
     conf.register_cli_opt(
         cfg.SubCommandOpt("command", title="Commands", handler=_add_commands, help="what to do")
     )
+    transport.register_opts(conf)
+    gmr_opts.set_defaults(conf)
     conf(argv, project="rtagent")
     return conf
+
+
+def _validate(conf):
+    validation.validate(conf, uri_validator=_uri_validator)
+    # The service's own groups (validation.py reads the agent's).
+    for module in (daemon_conf, health_conf):
+        for opt in module.ALL_OPTS:
+            try:
+                conf[module.GROUP.name][opt.dest]
+            except (cfg.Error, ValueError) as exc:
+                reason = str(exc).split("is not valid: ", 1)[-1]
+                raise validation.ConfigError(
+                    group=module.GROUP.name, option=opt.dest, reason=f"invalid value: {reason}"
+                ) from exc
 
 
 def _uri_validator(uri):
     from rtagent.virt.libvirt.uri import validate_uri
 
     validate_uri(uri)
-
-
-def _run(conf, agent):
-    loop = PeriodicLoop(agent.audit, conf.rtagent.audit_interval)
-    # Lifecycle events and connection changes ask for an early, debounced
-    # audit instead of waiting for the interval.
-    agent.driver.on_change = loop.trigger
-
-    def stop(signum, frame):
-        LOG.info("Signal %d received, stopping", signum)
-        loop.stop()
-
-    def hangup(signum, frame):
-        # Reload arrives with the daemon issue; until then SIGHUP must not
-        # take its default action (terminate).
-        LOG.warning("SIGHUP received: configuration reload is not supported yet; ignored")
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGHUP, hangup)
-    # The loop runs in a worker so the main thread stays free for signals.
-    worker = threading.Thread(target=loop.run, name="audit-loop", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.5)
-    LOG.info("Stopped after %d audit(s), %d failed", loop.runs, loop.failures)
-    return 0
 
 
 def _audit(agent):
@@ -99,7 +100,11 @@ def main(argv=None):
     std_logging.getLogger().addHandler(std_logging.NullHandler())
     try:
         conf = _load_conf(argv)
-        validation.validate(conf, uri_validator=_uri_validator)
+        if conf.command.name == "status":
+            from rtagent.cmd import status
+
+            return status.main(conf)
+        _validate(conf)
     except (cfg.Error, exception.RtagentError) as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -109,6 +114,18 @@ def main(argv=None):
         print(f"rtagent: error: cannot set up logging: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
+    return _dispatch(conf, argv)
+
+
+def _dispatch(conf, argv):
+    if conf.command.name == "run":
+        return _run(conf, argv)
+    if conf.command.name == "audit" and conf.command.dry_run:
+        # The seam is in place; the preview needs a public "desired trees"
+        # and "read view" API from the agent and the sync (see issue 4).
+        print("rtagent: error: audit --dry-run is not implemented yet", file=sys.stderr)
+        return 1
+
     from rtagent import service
 
     try:
@@ -117,14 +134,29 @@ def main(argv=None):
         print(f"rtagent: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        if conf.command.name == "audit":
-            return _audit(agent)
-        return _run(conf, agent)
+        return _audit(agent)
     except exception.RtagentError as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
         return 1
     finally:
         agent.close()
+
+
+def _run(conf, argv):
+    from rtagent.cmd import run
+
+    def reload_conf():
+        # A fresh ConfigOpts over the same files, checked whole: a broken
+        # file is rejected before anything changes.
+        new = _load_conf(argv)
+        _validate(new)
+        return new
+
+    try:
+        return run.build_and_run(conf, reload_conf)
+    except exception.RtagentError as exc:
+        print(f"rtagent: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 if __name__ == "__main__":

@@ -1,0 +1,146 @@
+"""``rtagent run``: assemble the daemon from configuration and run it."""
+
+import logging
+import signal
+from importlib import metadata
+
+from rtagent import daemon, health, metrics, service, systemd
+from rtagent.rpc import notifier as notifiermod
+from rtagent.rpc import transport
+from rtagent.rpc.endpoint import AgentEndpoint
+from rtagent.rpc.server import RPCServer
+
+LOG = logging.getLogger(__name__)
+
+
+def build_and_run(conf, reload_conf):
+    """Build the agent and its daemon, install signal handlers, run.
+
+    :param reload_conf: callable() -> a new validated ConfigOpts (SIGHUP).
+    :returns: the exit status.
+    :raises RtagentError: the agent could not be built (exit 2 upstream).
+    """
+    holder = {}
+
+    def trackers():
+        return holder["agent"].nodes.trackers()
+
+    def sync_state():
+        return holder["daemon"].sync_state() if "daemon" in holder else {}
+
+    meter = metrics.Metrics(trackers, sync_state=sync_state)
+    agent = service.build_agent(conf, observer=meter.observer())
+    holder["agent"] = agent
+    rpc_transport = notify_transport = None
+    try:
+        publisher = None
+        if conf.transport_url:
+            rpc_transport = transport.get_transport(conf)
+        else:
+            # oslo.messaging would fall back to a broker on localhost and
+            # block start-up until one answers; say what is off instead.
+            LOG.warning("No [DEFAULT] transport_url: RPC and notifications are off")
+        if conf.transport_url and conf.daemon.notifications:
+            notify_transport = transport.get_notification_transport(conf)
+            publisher = notifiermod.Publisher(
+                notifiermod.oslo_sender(notify_transport, conf.host),
+                agent,
+                conf.host,
+                conf.my_ip,
+                interval=conf.daemon.instance_info_interval,
+            )
+
+        def make_endpoint(**hooks):
+            return AgentEndpoint(agent, conf.host, conf.my_ip, **hooks)
+
+        def make_health(check, status):
+            return health.HealthServer(check, meter, status, conf.health.port)
+
+        the_daemon = daemon.Daemon(
+            conf,
+            agent,
+            metrics=meter,
+            notifier=systemd.Notifier(),
+            make_rpc=(
+                (lambda endpoint: RPCServer(rpc_transport, conf.host, endpoint))
+                if rpc_transport is not None
+                else None
+            ),
+            make_endpoint=make_endpoint,
+            publisher=publisher,
+            health=make_health if conf.health.enabled else None,
+            reload=reload_conf,
+            apply_conf=lambda new: apply_conf(conf, new, agent),
+        )
+        holder["daemon"] = the_daemon
+        agent.driver.on_change = the_daemon.loop.trigger
+        _install_signals(conf, the_daemon)
+        return the_daemon.run()
+    finally:
+        for t in (rpc_transport, notify_transport):
+            if t is not None:
+                t.cleanup()
+
+
+def apply_conf(conf, new, agent):
+    """Apply a reloaded configuration: ratios and reserved amounts, log
+    levels, provider config files; drop the cached Placement view so the
+    next audit re-reads it."""
+    policy = service.policy_from_conf(new)
+    # Log levels: oslo.log's mutate hook applies [DEFAULT] debug.
+    conf.mutate_config_files()
+    for tracker in agent.nodes.trackers():
+        tracker.set_policy(policy)
+    reload_provider_config = getattr(agent, "reload_provider_config", None)
+    if reload_provider_config is not None:
+        reload_provider_config(new)
+    invalidate = getattr(agent, "invalidate_placement_cache", None)
+    if invalidate is not None:
+        invalidate()
+    else:
+        agent.sync.invalidate()
+    LOG.info(
+        "Applied: reserved cpus=%d memory=%d MiB disk=%d MiB; ratios %s",
+        policy.reserved_host_cpus,
+        policy.reserved_host_memory_mb,
+        policy.reserved_host_disk_mb,
+        dict(policy.ratios),
+    )
+
+
+def _install_signals(conf, the_daemon):
+    def stop(signum, frame):
+        LOG.info("Signal %d received, stopping", signum)
+        the_daemon.request_stop()
+
+    def hangup(signum, frame):
+        the_daemon.request_reload()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, hangup)
+    # SIGUSR2: a Guru Meditation Report (threads, config, stacks) to stderr,
+    # or to [oslo_reports] log_dir.
+    from oslo_reports import guru_meditation_report as gmr
+
+    try:
+        version = metadata.version("rtagent")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    gmr.TextGuruMeditation.setup_autorun(_Version(version), conf=conf)
+
+
+class _Version:
+    """What oslo.reports asks of a version object."""
+
+    def __init__(self, version):
+        self._version = version
+
+    def vendor_string(self):
+        return "OpenStack"
+
+    def product_string(self):
+        return "rtagent"
+
+    def version_string_with_package(self):
+        return self._version

@@ -1,0 +1,321 @@
+"""The service around an agent: the audit loop, RPC, notifications, health
+and metrics, systemd notify, and what signals ask for.
+
+Start-up order: health endpoint (answers 503 "starting") -> a random
+start-up delay -> the first audit (so a claim never meets a node that was
+never read) -> RPC server -> notifications -> READY=1. The main thread then
+only waits: signal handlers set flags, and the main thread acts on them
+(reload, stop) and pings the systemd watchdog while the loop is alive.
+
+Shutdown (SIGTERM/SIGINT): stop taking RPC calls and wait for those in
+flight, stop the loop, one final audit to flush the latest state to
+Placement, then exit 0; all of it bounded by ``[daemon] shutdown_timeout``.
+"""
+
+import logging
+import random
+import threading
+import time
+
+from rtagent import exception
+from rtagent.periodic import PeriodicLoop
+from rtagent.rpc import status as statusmod
+
+LOG = logging.getLogger(__name__)
+
+
+class Daemon:
+    """:param conf: the loaded, validated ConfigOpts.
+    :param agent: the :class:`rtagent.agent.Agent`.
+    :param metrics: a :class:`rtagent.metrics.Metrics` (its Placement
+        observer must already be wired into the agent).
+    :param make_rpc: callable(endpoint) -> an object with start()/stop(),
+        or None for no RPC (tests of the loop).
+    :param make_endpoint: callable(on_call, on_change, status_of) -> endpoint.
+    :param publisher: a :class:`rtagent.rpc.notifier.Publisher`, or None.
+    :param health: callable(check, status) -> an object with start()/stop()
+        and ``port``, or None when the endpoint is off.
+    :param notifier: a :class:`rtagent.systemd.Notifier`.
+    :param reload: callable() -> a new validated ConfigOpts, raising an
+        RtagentError or oslo.config error when it is unusable.
+    :param apply_conf: callable(new_conf) applying what may change at run time.
+    """
+
+    def __init__(
+        self,
+        conf,
+        agent,
+        *,
+        metrics,
+        notifier,
+        make_rpc=None,
+        make_endpoint=None,
+        publisher=None,
+        health=None,
+        reload=None,
+        apply_conf=None,
+        rng=random.random,
+        clock=time.monotonic,
+        wall=time.time,
+    ):
+        self.conf = conf
+        self.agent = agent
+        self.metrics = metrics
+        self.notifier = notifier
+        self._make_rpc = make_rpc
+        self._make_endpoint = make_endpoint
+        self.publisher = publisher
+        self._make_health = health
+        self._reload = reload
+        self._apply_conf = apply_conf
+        self._rng = rng
+        self._clock = clock
+        self._wall = wall
+        self._stop = threading.Event()
+        self._hup = threading.Event()
+        self._wake = threading.Event()
+        self.loop = PeriodicLoop(self._tick, conf.rtagent.audit_interval, wait=self._jittered_wait)
+        self.rpc = None
+        self.health = None
+        self._loop_thread = None
+        # The last audit, for health, status and metrics.
+        self._tick_started = None
+        self._last_success = None
+        self._last_error = None
+        self._failures = 0
+        self.reloads = 0
+        self.reload_failures = 0
+
+    # -- signals (called from signal handlers: flags only) ----------------
+
+    def request_stop(self):
+        self._stop.set()
+        self._wake.set()
+
+    def request_reload(self):
+        self._hup.set()
+        self._wake.set()
+
+    # -- the audit tick ----------------------------------------------------
+
+    def _jittered_wait(self, event, seconds):
+        jitter = self.conf.daemon.audit_jitter
+        return event.wait(seconds * (1 - jitter + 2 * jitter * self._rng()))
+
+    def _tick(self):
+        self._tick_started = self._clock()
+        code = None
+        try:
+            self.agent.audit()
+        except Exception as exc:
+            code = getattr(exc, "code", type(exc).__name__)
+            self._last_error = f"{code}: {exc}"
+            self._failures += 1
+            raise
+        else:
+            self._last_success = self._wall()
+            self._last_error = None
+            self._failures = 0
+        finally:
+            seconds = self._clock() - self._tick_started
+            self._tick_started = None
+            self.metrics.record_audit(code, seconds)
+            if self.publisher is not None:
+                self.publisher.poke()
+
+    def sync_state(self):
+        """The last audit's outcome (what status and health report)."""
+        return {
+            "in_sync": self._last_error is None and self._last_success is not None,
+            "last_success": self._last_success,
+            "last_error": self._last_error,
+            "failures": self._failures,
+            "audits": self.loop.runs,
+        }
+
+    # -- health ----------------------------------------------------------
+
+    def problems(self):
+        """Why the agent is unhealthy now (empty list: healthy)."""
+        reasons = []
+        if self.loop.runs == 0:
+            reasons.append("starting: no audit completed yet")
+        if self._loop_thread is not None and not self._loop_thread.is_alive():
+            if not self._stop.is_set():
+                reasons.append("the audit loop is not running")
+        if self._stalled():
+            reasons.append("an audit has been running for too long")
+        if self._last_error is not None:
+            # Placement unreachable, the hypervisor gone, a failing sync.
+            reasons.append(f"last audit failed: {self._last_error}")
+        else:
+            stale = self.conf.health.sync_stale_after
+            if self._last_success is not None and self._wall() - self._last_success > stale:
+                reasons.append(f"no successful audit for more than {stale:.0f} s")
+        if self._make_rpc is not None and self.loop.runs and self.rpc is None:
+            reasons.append("RPC server not running")
+        for tracker in self.agent.nodes.trackers():
+            snap = tracker.snapshot()
+            if snap.unavailable:
+                reasons.append(f"node {snap.node_uuid}: {snap.unavailable}")
+        return reasons
+
+    def _stalled(self):
+        started = self._tick_started
+        return started is not None and self._clock() - started > self.conf.daemon.watchdog_stall
+
+    def node_sync(self, node_uuid):
+        """The audit outcome, with the node's Placement sync health when the
+        agent reports it (backoff, last success per node)."""
+        state = self.sync_state()
+        per_node = getattr(self.agent, "sync_status", None)
+        if per_node is not None:
+            state["placement"] = per_node().get(node_uuid)
+        return state
+
+    def status(self):
+        return {
+            "host": self.conf.host,
+            "nodes": [
+                statusmod.node_status(t.snapshot(), self.node_sync(t.node_uuid))
+                for t in self.agent.nodes.trackers()
+            ],
+        }
+
+    def summary(self):
+        """One line for systemd's STATUS=."""
+        snap = self.agent.tracker.snapshot()
+        state = "in sync" if self._last_error is None else f"failing ({self._last_error})"
+        return (
+            f"{len(snap.instances)} instance(s) on {snap.hypervisor_hostname or 'unknown'}; "
+            f"{self.loop.runs} audit(s), last {state}"
+        )[:200]
+
+    # -- run ---------------------------------------------------------------
+
+    def run(self):
+        """Run until :meth:`request_stop`; returns the exit status (0)."""
+        self.notifier.status("starting")
+        if self._make_health is not None:
+            self.health = self._make_health(self.problems, self.status)
+            self.health.start()
+        self._loop_thread = threading.Thread(target=self._run_loop, name="audit-loop", daemon=True)
+        self._loop_thread.start()
+        # The first audit (after the start-up delay) before taking calls.
+        while self.loop.runs == 0 and not self._stop.is_set() and self._loop_thread.is_alive():
+            self._wake.wait(0.05)
+            self._wake.clear()
+            self._handle_reload()
+        if not self._stop.is_set():
+            self._start_serving()
+        if not self._stop.is_set():
+            self.notifier.ready(self.summary())
+            LOG.info("rtagent ready: %s", self.summary())
+        self._supervise()
+        return self._shutdown()
+
+    def _run_loop(self):
+        delay = self.conf.daemon.startup_delay * self._rng()
+        if delay > 0:
+            LOG.info("Waiting %.1f s before the first audit (startup_delay)", delay)
+            if self._stop.wait(delay):
+                return
+        self.loop.run()
+
+    def _start_serving(self):
+        if self._make_rpc is not None:
+            endpoint = self._make_endpoint(
+                on_call=self.metrics.record_rpc,
+                on_change=self.publisher.poke if self.publisher is not None else None,
+                status_of=lambda tracker: statusmod.node_status(
+                    tracker.snapshot(), self.node_sync(tracker.node_uuid)
+                ),
+            )
+            rpc = self._make_rpc(endpoint)
+            # Connecting blocks while the broker is unreachable; keep the
+            # main thread free to act on SIGTERM meanwhile.
+            starter = threading.Thread(target=rpc.start, name="rpc-start", daemon=True)
+            starter.start()
+            while starter.is_alive() and not self._stop.is_set():
+                starter.join(0.2)
+            if starter.is_alive():
+                return
+            self.rpc = rpc
+        if self.publisher is not None:
+            self.publisher.start()
+
+    def _supervise(self):
+        ping = self.notifier.watchdog_interval
+        period = min(1.0, ping) if ping else 1.0
+        last_status = None
+        while not self._stop.is_set():
+            self._wake.wait(period)
+            self._wake.clear()
+            self._handle_reload()
+            alive = self._loop_thread.is_alive() and not self._stalled()
+            if ping and alive:
+                self.notifier.watchdog()
+            summary = self.summary()
+            if summary != last_status:
+                self.notifier.status(summary)
+                last_status = summary
+
+    def _handle_reload(self):
+        if not self._hup.is_set():
+            return
+        self._hup.clear()
+        if self._reload is None:
+            LOG.warning("SIGHUP received: nothing to reload")
+            return
+        LOG.info("SIGHUP received: reloading the configuration")
+        try:
+            new_conf = self._reload()
+            self._apply_conf(new_conf)
+        except Exception as exc:
+            self.reload_failures += 1
+            LOG.error(
+                "Configuration reload rejected, the running configuration is kept: %s",
+                getattr(exc, "msg", None) or exc,
+            )
+            return
+        self.reloads += 1
+        LOG.info("Configuration reloaded; an audit follows to apply it")
+        self.loop.trigger()
+
+    def _shutdown(self):
+        bound = self.conf.daemon.shutdown_timeout
+        deadline = self._clock() + bound
+        self.notifier.stopping("stopping: finishing calls in flight")
+        LOG.info("Stopping: no new RPC calls; finishing those in flight")
+        if self.rpc is not None:
+            _bounded(self.rpc.stop, deadline - self._clock(), "RPC server stop")
+        self.loop.stop()
+        if self._loop_thread is not None:
+            self._loop_thread.join(max(0.0, deadline - self._clock()))
+        if self.loop.runs and not self._loop_thread.is_alive():
+            # The last word to Placement: whatever the final calls changed.
+            # (Not while a stuck tick still runs: a sync is single-threaded.)
+            _bounded(self._final_flush, deadline - self._clock(), "final flush")
+        if self.publisher is not None:
+            self.publisher.stop(timeout=max(0.1, min(5.0, deadline - self._clock())))
+        if self.health is not None:
+            self.health.stop()
+        LOG.info("Stopped after %d audit(s), %d failed", self.loop.runs, self.loop.failures)
+        return 0
+
+    def _final_flush(self):
+        try:
+            self.agent.audit()
+        except exception.RtagentError as exc:
+            LOG.warning("Final flush failed (%s): %s", exc.code, exc)
+        if self.publisher is not None:
+            self.publisher.publish_once()
+
+
+def _bounded(func, seconds, what):
+    """Run ``func`` in a thread; give up waiting after ``seconds``."""
+    worker = threading.Thread(target=func, name=what, daemon=True)
+    worker.start()
+    worker.join(max(0.0, seconds))
+    if worker.is_alive():
+        LOG.warning("%s did not finish within the shutdown timeout; exiting anyway", what)

@@ -1,0 +1,153 @@
+"""Prometheus metrics of one agent, in a private registry.
+
+Counters and histograms are updated where things happen (RPC calls, audit
+ticks, Placement requests); gauges of the node's state are read from fresh
+snapshots at scrape time, so they are never stale.
+"""
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from rtagent.placement.client import RequestObserver
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    """:param trackers: callable() -> the node trackers (for state gauges).
+    :param sync_state: callable() -> dict with ``last_success`` (wall
+        seconds or None), for the sync lag.
+    """
+
+    def __init__(self, trackers, sync_state=None, wall=time.time):
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.rpc_calls = Counter(
+            "rtagent_rpc_calls",
+            "RPC calls served, by method and error code.",
+            ["method", "code"],
+            registry=r,
+        )
+        self.rpc_seconds = Histogram(
+            "rtagent_rpc_call_seconds",
+            "Time to serve an RPC call.",
+            ["method"],
+            registry=r,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
+        )
+        self.claims = Counter(
+            "rtagent_claims",
+            "Instance claims by outcome (granted or the error code).",
+            ["outcome"],
+            registry=r,
+        )
+        self.audits = Counter(
+            "rtagent_audits",
+            "Audit ticks by outcome (ok or the error code).",
+            ["outcome"],
+            registry=r,
+        )
+        self.audit_seconds = Histogram(
+            "rtagent_audit_seconds",
+            "Duration of an audit tick (host read and sync).",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.placement_requests = Counter(
+            "rtagent_placement_requests",
+            "Placement requests by method and HTTP status.",
+            ["method", "status"],
+            registry=r,
+        )
+        self.placement_conflicts = Counter(
+            "rtagent_placement_conflicts",
+            "Placement answers 409 (generation conflicts).",
+            registry=r,
+        )
+        r.register(_StateCollector(trackers, sync_state or dict, wall))
+
+    def record_rpc(self, method, code, seconds):
+        self.rpc_calls.labels(method, code or "ok").inc()
+        self.rpc_seconds.labels(method).observe(seconds)
+        if method == "instance_claim":
+            self.claims.labels(code or "granted").inc()
+
+    def record_audit(self, code, seconds):
+        self.audits.labels(code or "ok").inc()
+        self.audit_seconds.observe(seconds)
+
+    def observer(self):
+        """A Placement RequestObserver feeding the request counters."""
+        return _PlacementObserver(self)
+
+    def render(self):
+        return generate_latest(self.registry)
+
+
+class _PlacementObserver(RequestObserver):
+    def __init__(self, metrics):
+        self._m = metrics
+
+    def after(self, method, url, status, seconds):
+        self._m.placement_requests.labels(method, str(status) if status else "error").inc()
+        if status == 409:
+            self._m.placement_conflicts.inc()
+
+
+class _StateCollector:
+    def __init__(self, trackers, sync_state, wall):
+        self._trackers = trackers
+        self._sync_state = sync_state
+        self._wall = wall
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        labels = ["node"]
+        capacity = GaugeMetricFamily(
+            "rtagent_resource_capacity",
+            "Allocatable amount per resource class.",
+            labels=[*labels, "resource_class"],
+        )
+        used = GaugeMetricFamily(
+            "rtagent_resource_used",
+            "Used amount per resource class.",
+            labels=[*labels, "resource_class"],
+        )
+        instances = GaugeMetricFamily("rtagent_instances", "Tracked instances.", labels=labels)
+        untracked = GaugeMetricFamily(
+            "rtagent_drift_untracked_domains",
+            "Domains on the host without a claim.",
+            labels=labels,
+        )
+        missing = GaugeMetricFamily(
+            "rtagent_drift_missing_instances",
+            "Tracked instances without a domain.",
+            labels=labels,
+        )
+        released = GaugeMetricFamily(
+            "rtagent_released_consumers",
+            "Instances that left the node whose allocations are not healed yet.",
+            labels=labels,
+        )
+        for tracker in self._trackers():
+            snap = tracker.snapshot()
+            node = snap.node_uuid
+            for rc, inv in snap.inventories.items():
+                capacity.add_metric([node, rc], inv.capacity)
+                used.add_metric([node, rc], snap.usage.get(rc, 0))
+            instances.add_metric([node], len(snap.instances))
+            untracked.add_metric([node], len(snap.drift.untracked) if snap.drift else 0)
+            missing.add_metric([node], len(snap.drift.missing) if snap.drift else 0)
+            released.add_metric([node], len(snap.released))
+        yield from (capacity, used, instances, untracked, missing, released)
+        last = self._sync_state().get("last_success")
+        lag = GaugeMetricFamily(
+            "rtagent_sync_lag_seconds",
+            "Seconds since the last successful Placement sync (-1: none yet).",
+        )
+        lag.add_metric([], self._wall() - last if last else -1)
+        yield lag
