@@ -178,6 +178,28 @@ class Agent:
         if result.healed:
             tracker.forget_released(result.healed)
 
+    def plan(self):
+        """A dry run of one audit: read the host, and for every node the
+        desired tree and the operations a sync would send. Reads Placement,
+        writes nothing there. :returns: list of (snapshot, desired, ops)."""
+        planned = []
+        for _tracker, snapshot, desired in self._desired(self.driver.read_nodes()):
+            planned.append((snapshot, desired, self._sync_for(snapshot.node_uuid).plan(desired)))
+        return planned
+
+    def invalidate_placement_cache(self):
+        """Forget every node's cached Placement view (re-read on next sync)."""
+        for sync in self._syncs.values():
+            sync.invalidate()
+
+    def reload_provider_config(self, conf):
+        """Re-read provider config files (SIGHUP). A bad file keeps the last
+        good configuration. :returns: True if the new files were adopted."""
+        if self.provider_configs is None:
+            return False
+        self.provider_configs.location = conf.compute.provider_config_location
+        return self.provider_configs.reload()
+
     def claim_standalone(self, instance_uuid, flavor, *, project_id, user_id, node_uuid=None, **kw):
         """Claim locally and write the allocation to Placement ourselves
         (no Nova scheduler); a refusal by Placement rolls the claim back.

@@ -120,12 +120,6 @@ def main(argv=None):
 def _dispatch(conf, argv):
     if conf.command.name == "run":
         return _run(conf, argv)
-    if conf.command.name == "audit" and conf.command.dry_run:
-        # The seam is in place; the preview needs a public "desired trees"
-        # and "read view" API from the agent and the sync (see issue 4).
-        print("rtagent: error: audit --dry-run is not implemented yet", file=sys.stderr)
-        return 1
-
     from rtagent import service
 
     try:
@@ -134,12 +128,51 @@ def _dispatch(conf, argv):
         print(f"rtagent: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
+        if conf.command.dry_run:
+            return _dry_run(agent)
         return _audit(agent)
     except exception.RtagentError as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
         return 1
     finally:
         agent.close()
+
+
+def _dry_run(agent):
+    """Print each node's desired provider tree and the operations a sync
+    would send; nothing is written to Placement."""
+    report = []
+    for snapshot, desired, ops in agent.plan():
+        report.append(
+            {
+                "node_uuid": snapshot.node_uuid,
+                "hypervisor_hostname": snapshot.hypervisor_hostname,
+                "desired": [
+                    {
+                        "uuid": p.uuid,
+                        "name": p.name,
+                        "parent_uuid": p.parent_uuid,
+                        "inventories": {
+                            rc: inv.to_placement() for rc, inv in sorted(p.inventories.items())
+                        },
+                        "traits": sorted(p.traits),
+                    }
+                    for p in desired
+                ],
+                "operations": [_describe_op(op) for op in ops],
+            }
+        )
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
+
+
+def _describe_op(op):
+    described = {"op": type(op).__name__, "uuid": op.uuid}
+    for field in ("name", "inventories", "traits"):
+        value = getattr(op, field, None)
+        if value is not None:
+            described[field] = sorted(value) if isinstance(value, frozenset) else value
+    return described
 
 
 def _run(conf, argv):

@@ -72,6 +72,12 @@ class ProviderSync:
             return {}
         return {rc: inv.allocation_ratio for rc, inv in provider.inventories.items()}
 
+    def plan(self, desired):
+        """What :meth:`sync` would write now, without writing: refresh the
+        view (reads only) and diff. :returns: list of diff operations."""
+        self._refresh(_root_uuid(desired), desired)
+        return diffmod.diff(desired, self._view)
+
     def sync(self, desired):
         """Make Placement hold ``desired``.
 

@@ -187,3 +187,21 @@ def test_bad_provider_config_file_is_one_line_and_nothing_is_written(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "broken.yaml" in lines[0], result.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_audit_dry_run_shows_the_tree_and_the_diff_and_writes_nothing(tmp_path, placement_process):
+    conf = write_conf(tmp_path, endpoint=placement_process.endpoint)
+    result = rtagent("--config-file", str(conf), "audit", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    (node,) = json.loads(result.stdout)
+    assert [op["op"] for op in node["operations"]] == [
+        "CreateProvider",
+        "SetTraits",
+        "SetInventories",
+    ]
+    assert node["desired"][0]["inventories"]["VCPU"]["allocation_ratio"] == 2.0
+    adapter = placement_process.admin_adapter()
+    assert adapter.get(f"/resource_providers/{node['node_uuid']}").status_code == 404
+    assert rtagent("--config-file", str(conf), "audit").returncode == 0
+    again = json.loads(rtagent("--config-file", str(conf), "audit", "--dry-run").stdout)
+    assert again[0]["operations"] == []
