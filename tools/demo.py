@@ -1,52 +1,48 @@
-"""The rtagent demo: a real Placement process, the agent on the libvirt test
-driver's demo host, a few audit ticks and claims, then what Placement holds.
+"""The rtagent demo: the agent as a service, driven over RabbitMQ.
+
+It starts a real Placement process (SQLite) and a private RabbitMQ broker on
+loopback, then ``rtagent run`` as a real subprocess against the libvirt test
+driver's demo host (etc/rtagent/demo-host.xml), auditing every second. A
+small conductor (tools/conductor.py) drives it through the RPC API: two
+claims, one refused, a same-node resize, a delete. The demo then prints what
+Placement holds beside the agent's own status, and stops the agent with
+SIGTERM (it must exit 0).
 
 Run it with ``make demo`` (which prepares .venv first). Everything it starts
 is stopped before it exits, also on failure; nothing outside a private
 temporary directory is written.
 """
 
-import logging
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 
-from rtagent import conf as rtconf
-from rtagent import service
-from rtagent.conf import validation
-from rtagent.periodic import PeriodicLoop
-from rtagent.placement.client import RequestObserver
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import conductor as conductor_mod
+
 from rtagent.testing.placement_server import PlacementServer
-from rtagent.tracker.errors import ComputeResourcesUnavailable
-from rtagent.tracker.model import Flavor
-from rtagent.virt.libvirt.uri import validate_uri
+from rtagent.testing.rabbitmq import RabbitMQ
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_HOST = os.path.join(TOP, "etc", "rtagent", "demo-host.xml")
-TICK_S = 1
+RTAGENT = os.path.join(os.path.dirname(sys.executable), "rtagent")
+AGENT_HOST = "demo-host"
 
 
-class CountingObserver(RequestObserver):
-    """Counts the agent's Placement requests by method."""
-
-    def __init__(self):
-        self.by_method = {}
-
-    def after(self, method, url, status, seconds):
-        self.by_method[method] = self.by_method.get(method, 0) + 1
-
-
-def write_config(workdir, endpoint):
+def write_config(workdir, placement_endpoint, transport_url):
     os.makedirs(os.path.join(workdir, "instances"), exist_ok=True)
     path = os.path.join(workdir, "rtagent.conf")
     with open(path, "w", encoding="utf-8") as f:
         f.write(
             f"""[DEFAULT]
+host = {AGENT_HOST}
 state_path = {workdir}/state
+transport_url = {transport_url}
 reserved_host_memory_mb = 2048
 ram_allocation_ratio = 1.0
 [libvirt]
@@ -54,153 +50,126 @@ connection_uri = test:///{DEMO_HOST}
 instances_path = {workdir}/instances
 [placement]
 auth_type = admin_token
-endpoint = {endpoint}
+endpoint = {placement_endpoint}
 token = admin
 [rtagent]
-audit_interval = {TICK_S}
+audit_interval = 1
+[daemon]
+startup_delay = 0
+[health]
+enabled = false
 """
         )
     return path
 
 
-def allocate(placement, node, consumer, resources):
-    """Do what a Nova scheduler does before a build: allocate in Placement."""
-    body = {
-        "allocations": {node: {"resources": resources}},
-        "project_id": "demo-project",
-        "user_id": "demo-user",
-        "consumer_generation": None,
-        "consumer_type": "INSTANCE",
-    }
-    response = placement.put(f"/allocations/{consumer}", json=body)
-    if response.status_code != 204:
-        raise SystemExit(f"demo: allocation refused by Placement: {response.text}")
-
-
-def wait_for_ticks(loop, count):
-    target = loop.runs + count
-    deadline = time.monotonic() + 30 * count
-    while loop.runs < target:
+def wait_for(predicate, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except Exception:
+            value = None
+        if value:
+            return value
         if time.monotonic() > deadline:
-            raise SystemExit("demo: the audit loop stalled")
-        time.sleep(0.1)
+            raise SystemExit(f"demo: gave up waiting for {what}")
+        time.sleep(0.5)
 
 
-def show(placement, node, agent):
-    provider = placement.get(f"/resource_providers/{node}").json()
-    invs = placement.get(f"/resource_providers/{node}/inventories").json()["inventories"]
-    traits = placement.get(f"/resource_providers/{node}/traits").json()["traits"]
-    usages = placement.get(f"/resource_providers/{node}/usages").json()["usages"]
-    snap = agent.tracker.snapshot()
-    untracked = snap.untracked_usage
-    claimed = {rc: snap.usage.get(rc, 0) - untracked.get(rc, 0) for rc in snap.usage}
-    print("\nWhat Placement holds (read back over HTTP):")
+def show(conductor, placement, deleted):
+    node = conductor.node
+    get = placement.get
+    provider = get(f"/resource_providers/{node}").json()
+    invs = get(f"/resource_providers/{node}/inventories").json()["inventories"]
+    traits = get(f"/resource_providers/{node}/traits").json()["traits"]
+    usages = get(f"/resource_providers/{node}/usages").json()["usages"]
+    status = conductor.call("get_status")
+    print("\nWhat Placement holds (read back over HTTP), beside the agent's status (over RPC):")
     print(
         f"  provider  {provider['name']}  uuid={provider['uuid']}  "
         f"generation={provider['generation']}"
     )
-    print(f"  traits    {', '.join(traits)}")
-    header = (
-        "class",
-        "total",
-        "reserved",
-        "ratio",
-        "max_unit",
-        "capacity",
-        "used",
-        "claims",
-        "untracked",
-    )
+    print(f"  traits    {', '.join(sorted(traits))}")
+    header = ("class", "total", "reserved", "ratio", "capacity", "used", "agent used")
     print("  " + "  ".join(f"{h:>10}" for h in header))
     for rc, inv in sorted(invs.items()):
         capacity = (inv["total"] - inv["reserved"]) * inv["allocation_ratio"]
+        agent_used = status["resources"].get(rc, {}).get("used", "-")
         row = (
             rc,
             inv["total"],
             inv["reserved"],
             inv["allocation_ratio"],
-            inv["max_unit"],
             f"{capacity:g}",
             usages.get(rc, 0),
-            claimed.get(rc, 0),
-            untracked.get(rc, 0),
+            agent_used,
         )
         print("  " + "  ".join(f"{v!s:>10}" for v in row))
-    agree = all(usages.get(rc, 0) == claimed.get(rc, 0) for rc in invs)
-    print(f"  Placement usages {'equal' if agree else 'DIFFER FROM'} the agent's claims")
-    if snap.drift.untracked:
-        names = ", ".join(f"{d.name} ({d.state_name})" for d in snap.drift.untracked)
-        print(
-            f"  drift: domains with no claim on this node: {names}; the running and "
-            "paused ones count as used by the agent (count_untracked_domains)"
-        )
-    return agree
+    drift = status["drift"]
+    print(f"  agent: {status['instances']} instance(s), sync {status['sync']}")
+    print(
+        f"  agent: domains on the host with no claim (counted as used): "
+        f"{len(drift['untracked_domains'])}"
+    )
+    left = get(f"/allocations/{deleted}").json()["allocations"]
+    print(f"  allocations of the deleted instance left in Placement: {left or 'none'}")
+    return not left
+
+
+def run(workdir):
+    with (
+        RabbitMQ(workdir=os.path.join(workdir, "rabbitmq")) as broker,
+        PlacementServer(workdir=os.path.join(workdir, "placement"), db_sync=False) as server,
+    ):
+        print(f"demo: Placement {server.endpoint} (pid {server.pid}, SQLite)")
+        print(f"demo: RabbitMQ {broker.transport_url} (pid {broker.pid})")
+        config = write_config(workdir, server.endpoint, broker.transport_url)
+        log_path = os.path.join(workdir, "rtagent.log")
+        with open(log_path, "w") as log:
+            agent = subprocess.Popen(
+                [RTAGENT, "--config-file", config, "run"], stdout=log, stderr=subprocess.STDOUT
+            )
+        print(f"demo: rtagent run (pid {agent.pid}), log {log_path}")
+        conductor = conductor_mod.Conductor(broker.transport_url, AGENT_HOST, server.endpoint)
+        try:
+            wait_for(lambda: agent.poll() is None and conductor.call("ping"), "the agent's RPC")
+            claimed = conductor_mod.run_scenario(conductor, say=lambda m: print("demo: " + m))
+            # Healing removes a released consumer on the second tick that
+            # sees it unchanged: wait for it (bounded).
+            wait_for(
+                lambda: (
+                    not server.admin_adapter()
+                    .get(f"/allocations/{claimed['db']}")
+                    .json()["allocations"]
+                ),
+                "the deleted instance's allocation to be healed",
+                timeout=30,
+            )
+            healed = show(conductor, server.admin_adapter(), claimed["db"])
+        finally:
+            conductor.close()
+            if agent.poll() is None:
+                agent.send_signal(signal.SIGTERM)
+            try:
+                code = agent.wait(60)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                code = agent.wait()
+            print(f"\ndemo: rtagent stopped by SIGTERM, exit status {code}")
+        if code != 0:
+            with open(log_path) as f:
+                print(f.read()[-3000:], file=sys.stderr)
+        return 0 if healed and code == 0 else 1
 
 
 def main():
-    logging.basicConfig(
-        level=logging.INFO, format="  agent log: %(name)s: %(message)s", stream=sys.stdout
-    )
     workdir = tempfile.mkdtemp(prefix="rtagent-demo-")
     print(f"demo: working directory {workdir} (removed at the end)")
     try:
         return run(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def run(workdir):
-    with PlacementServer(workdir=os.path.join(workdir, "placement"), db_sync=False) as server:
-        print(f"demo: Placement {server.endpoint} (pid {server.pid}, SQLite)")
-        conf = rtconf.new_conf()
-        conf(["--config-file", write_config(workdir, server.endpoint)], project="rtagent")
-        validation.validate(conf, uri_validator=validate_uri)
-        requests = CountingObserver()
-        agent = service.build_agent(conf, observer=requests)
-        loop = PeriodicLoop(agent.audit, conf.rtagent.audit_interval)
-        worker = threading.Thread(target=loop.run, name="audit-loop", daemon=True)
-        worker.start()
-        try:
-            wait_for_ticks(loop, 2)
-            node = agent.tracker.node_uuid
-            host = agent.tracker.snapshot().host
-            print(
-                f"demo: node {node} on {host.hypervisor_hostname} ({host.hypervisor_type}): "
-                f"{host.vcpus} vCPUs, {host.memory_mb} MiB, {host.local_gb} GiB, "
-                f"{len(host.domains)} domains"
-            )
-            placement = server.admin_adapter()
-            for name, flavor in (("web", Flavor(2, 4096, 20)), ("db", Flavor(1, 8192, 40))):
-                consumer = str(uuid.uuid4())
-                resources = {
-                    "VCPU": flavor.vcpus,
-                    "MEMORY_MB": flavor.memory_mb,
-                    "DISK_GB": flavor.root_gb,
-                }
-                allocate(placement, node, consumer, resources)
-                claim = agent.tracker.instance_claim(consumer, flavor)
-                print(f"demo: claim {name:<4} {consumer}: granted {dict(claim.resources)}")
-            try:
-                agent.tracker.instance_claim(str(uuid.uuid4()), Flavor(2, 30000, 10))
-                print("demo: ERROR: an oversized claim was granted")
-                return 1
-            except ComputeResourcesUnavailable as exc:
-                print(f"demo: claim big  refused ({exc.code}): {'; '.join(exc.reasons)}")
-            wait_for_ticks(loop, 1)  # sees the generation the allocations moved
-            before = dict(requests.by_method)
-            wait_for_ticks(loop, 3)
-            steady = {m: n - before.get(m, 0) for m, n in requests.by_method.items()}
-            agree = show(placement, node, agent)
-            print(
-                f"demo: the agent's Placement requests: {requests.by_method} in all; "
-                f"{steady} over the last 3 ticks (steady state)"
-            )
-            print(f"\ndemo: {loop.runs} audit ticks, {loop.failures} failed")
-            return 0 if agree and loop.failures == 0 else 1
-        finally:
-            loop.stop()
-            worker.join(10)
-            agent.close()
 
 
 if __name__ == "__main__":
