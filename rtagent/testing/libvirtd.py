@@ -35,9 +35,10 @@ import subprocess
 import tempfile
 import time
 
+from rtagent.testing.proc import tail
+
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
-LOG_TAIL_BYTES = 4000
 QEMU_DRIVER_LOCK = "/run/libvirt/qemu/driver.pid"
 VIRTLOGD_SOCK = "/run/libvirt/virtlogd-sock"
 QEMU_STATE_DIR = "/run/libvirt/qemu"
@@ -90,16 +91,6 @@ def qemu_driver_busy():
     finally:
         os.close(fd)
     return False
-
-
-def _tail(path, limit=LOG_TAIL_BYTES):
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def guest_xml(name, memory_mib=64, vcpus=1, disk_path=None):
@@ -301,8 +292,8 @@ class Libvirtd:
             if self.libvirtd.poll() is not None:
                 raise LibvirtdError(
                     f"libvirtd exited with {self.libvirtd.returncode}:\n"
-                    + _tail(os.path.join(self.dir, "libvirtd.stderr"))
-                    + _tail(self.log_path)
+                    + tail(os.path.join(self.dir, "libvirtd.stderr"))
+                    + tail(self.log_path)
                 )
             try:
                 conn = libvirt.open(self.uri)
@@ -315,7 +306,7 @@ class Libvirtd:
                 last = str(exc)
             time.sleep(0.2)
         raise LibvirtdError(
-            f"libvirtd did not answer within {timeout:.0f} s ({last}):\n" + _tail(self.log_path)
+            f"libvirtd did not answer within {timeout:.0f} s ({last}):\n" + tail(self.log_path)
         )
 
 

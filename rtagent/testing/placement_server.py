@@ -37,10 +37,11 @@ from collections.abc import Mapping
 
 from keystoneauth1 import adapter, loading, session
 
+from rtagent.testing.proc import tail
+
 START_TIMEOUT_S = 30.0
 DB_SYNC_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
-LOG_TAIL_BYTES = 4000
 _POLL_S = 0.05
 
 
@@ -49,17 +50,6 @@ class PlacementServerError(RuntimeError):
 
     The message includes the tail of the relevant log.
     """
-
-
-def _tail(path: str, limit: int = LOG_TAIL_BYTES) -> str:
-    """Return the last ``limit`` bytes of ``path`` as text ('' if unreadable)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def _manage_command() -> list[str]:
@@ -254,7 +244,7 @@ class PlacementServer:
         if rc != 0:
             status = "timed out" if rc is None else f"exited with status {rc}"
             raise PlacementServerError(
-                f"placement-manage db sync {status}; tail of {sync_log}:\n{_tail(sync_log)}"
+                f"placement-manage db sync {status}; tail of {sync_log}:\n{tail(sync_log)}"
             )
 
     def _launch(self) -> None:
@@ -298,7 +288,7 @@ class PlacementServer:
             if rc is not None:
                 raise PlacementServerError(
                     f"placement process {self.pid} exited with status {rc} during start; "
-                    f"tail of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"tail of {self.log_path}:\n{tail(self.log_path)}"
                 )
             if self.port is None:
                 self.port = self._read_port()
@@ -310,7 +300,7 @@ class PlacementServer:
             if time.monotonic() >= deadline:
                 raise PlacementServerError(
                     f"placement process {self.pid} did not answer GET / with 200 within "
-                    f"{timeout:.0f} s; tail of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"{timeout:.0f} s; tail of {self.log_path}:\n{tail(self.log_path)}"
                 )
             time.sleep(_POLL_S)
 

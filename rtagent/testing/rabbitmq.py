@@ -34,9 +34,10 @@ import subprocess
 import tempfile
 import time
 
+from rtagent.testing.proc import tail
+
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
-LOG_TAIL_BYTES = 4000
 _SBIN_GLOB = "/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin"
 _EPMD = ("/usr/bin/epmd", "/usr/lib/erlang/bin/epmd")
 
@@ -90,16 +91,6 @@ def _free_port_pair(offset):
         if port + offset < 65536 and _port_free(port + offset):
             return port
     raise RabbitMQError("no free pair of loopback ports found")
-
-
-def _tail(path, limit=LOG_TAIL_BYTES):
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def _stop_process(proc, timeout):
@@ -299,7 +290,7 @@ class RabbitMQ:
         while True:
             if self._proc.poll() is not None:
                 raise RabbitMQError(
-                    f"broker exited with {self._proc.returncode}:\n{_tail(self.log_path)}"
+                    f"broker exited with {self._proc.returncode}:\n{tail(self.log_path)}"
                 )
             if not _port_free(self.port):
                 try:
@@ -312,6 +303,6 @@ class RabbitMQ:
                     pass
             if time.monotonic() > deadline:
                 raise RabbitMQError(
-                    f"broker not ready after {timeout:.0f} s:\n{_tail(self.log_path)}"
+                    f"broker not ready after {timeout:.0f} s:\n{tail(self.log_path)}"
                 )
             time.sleep(0.2)

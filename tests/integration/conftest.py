@@ -10,6 +10,7 @@ import os
 import libvirt
 import pytest
 
+from rtagent.testing import rabbitmq
 from rtagent.testing.libvirtd import Libvirtd, missing_requirements
 
 
@@ -17,19 +18,30 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "integration: needs a real libvirtd + QEMU (root)")
 
 
-def _on_ci():
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+def require(missing, what):
+    """Skip when ``missing`` (a reason, or None) is set, except on CI
+    (``CI=true``), where a missing service fails the run: CI installs every
+    service, so a skip there would hide a broken install."""
+    if not missing:
+        return
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI must run the {what} tests: {missing}")
+    pytest.skip(f"{what} unavailable: {missing}")
 
 
 @pytest.fixture(scope="session")
 def libvirtd():
-    why = missing_requirements()
-    if why:
-        if _on_ci():
-            pytest.fail(f"CI must run the libvirtd integration tests: {why}")
-        pytest.skip(f"real libvirtd unavailable: {why}")
+    require(missing_requirements(), "real libvirtd")
     with Libvirtd() as daemon:
         yield daemon
+
+
+@pytest.fixture(scope="module")
+def broker():
+    """A private RabbitMQ for the tests of one module."""
+    require(rabbitmq.missing_requirements(), "RabbitMQ")
+    with rabbitmq.RabbitMQ() as rabbit:
+        yield rabbit
 
 
 @pytest.fixture(scope="session")

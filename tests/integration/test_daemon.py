@@ -19,24 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from rtagent.rpc.client import AgentClient
 from rtagent.rpc.transport import get_transport
 from rtagent.testing.placement_server import PlacementServer
-from rtagent.testing.rabbitmq import RabbitMQ, free_port, missing_requirements
+from rtagent.testing.rabbitmq import free_port
 from tests.functional.rpc.harness import DEMO_URI, bounded_call, make_conf
 
 pytestmark = pytest.mark.integration
 
 RTAGENT = os.path.join(os.path.dirname(sys.executable), "rtagent")
 STOP_BOUND_S = 25
-
-
-@pytest.fixture(scope="module")
-def broker():
-    why = missing_requirements()
-    if why:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must run the daemon integration tests: {why}")
-        pytest.skip(f"RabbitMQ unavailable: {why}")
-    with RabbitMQ() as rabbit:
-        yield rabbit
 
 
 @pytest.fixture

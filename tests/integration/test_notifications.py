@@ -1,7 +1,6 @@
 """Notifications for schedulers, received by a real listener on a real
 RabbitMQ: the compute-node view when it changes, instance info on change."""
 
-import os
 import queue
 import uuid
 
@@ -9,22 +8,10 @@ import pytest
 
 from rtagent.rpc import notifier, transport
 from rtagent.testing.placement_server import PlacementServer
-from rtagent.testing.rabbitmq import RabbitMQ, missing_requirements
 from rtagent.tracker.model import Flavor
 from tests.functional.rpc.harness import ServedAgent, make_conf
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def broker():
-    why = missing_requirements()
-    if why:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must run the notification tests: {why}")
-        pytest.skip(f"RabbitMQ unavailable: {why}")
-    with RabbitMQ() as rabbit:
-        yield rabbit
 
 
 class Collector:

@@ -26,6 +26,7 @@ from rtagent.placement.tree import Provider
 from rtagent.resources import Inventory, frozen_map
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.testing.postgres import Postgres, missing_requirements
+from tests.integration.conftest import require
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +38,7 @@ WRITERS = 4
 
 @pytest.fixture(scope="module")
 def placement_pg():
-    why = missing_requirements()
-    if why:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must run the PostgreSQL Placement test: {why}")
-        pytest.skip(f"PostgreSQL unavailable: {why}")
+    require(missing_requirements(), "PostgreSQL Placement")
     with Postgres() as pg:
         pg.create_database("placement")
         with PlacementServer(db=pg.url("placement")) as server:

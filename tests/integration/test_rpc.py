@@ -5,7 +5,6 @@ Every client call is bounded (``bounded_call``): a client whose broker is
 down can block forever.
 """
 
-import os
 import threading
 import time
 import uuid
@@ -20,27 +19,11 @@ from rtagent.rpc.endpoint import validate
 from rtagent.rpc.errors import InvalidRequest
 from rtagent.rpc.transport import get_transport
 from rtagent.testing.placement_server import PlacementServer
-from rtagent.testing.rabbitmq import RabbitMQ, missing_requirements
 from tests.functional.rpc.harness import ServedAgent, bounded_call, make_conf
 
 pytestmark = pytest.mark.integration
 
 CALL_S = 20
-
-
-def _on_ci():
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-@pytest.fixture(scope="module")
-def broker():
-    why = missing_requirements()
-    if why:
-        if _on_ci():
-            pytest.fail(f"CI must run the RabbitMQ integration tests: {why}")
-        pytest.skip(f"RabbitMQ unavailable: {why}")
-    with RabbitMQ() as rabbit:
-        yield rabbit
 
 
 @pytest.fixture(scope="module")
