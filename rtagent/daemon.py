@@ -74,7 +74,9 @@ class Daemon:
         self._stop = threading.Event()
         self._hup = threading.Event()
         self._wake = threading.Event()
-        self.loop = PeriodicLoop(self._tick, conf.rtagent.audit_interval, wait=self._jittered_wait)
+        self.loop = PeriodicLoop(
+            self._tick, conf.rtagent.audit_interval, jitter=conf.daemon.audit_jitter, rng=rng
+        )
         self.rpc = None
         self.health = None
         self._loop_thread = None
@@ -97,10 +99,6 @@ class Daemon:
         self._wake.set()
 
     # -- the audit tick ----------------------------------------------------
-
-    def _jittered_wait(self, event, seconds):
-        jitter = self.conf.daemon.audit_jitter
-        return event.wait(seconds * (1 - jitter + 2 * jitter * self._rng()))
 
     def _tick(self):
         self._tick_started = self._clock()

@@ -12,6 +12,7 @@ A trigger that arrives during a run causes one more run after it.
 """
 
 import logging
+import random
 import threading
 import time
 
@@ -29,11 +30,26 @@ class PeriodicLoop:
         or the time passes; tests inject a scripted one. The event is set by
         :meth:`stop` and by :meth:`trigger`.
     :param debounce: seconds to wait after a trigger before the early run.
+    :param jitter: each interval is multiplied by a random factor in
+        [1 - jitter, 1 + jitter], so agents started together drift apart.
+    :param rng: random() source for the jitter; tests pin it.
     """
 
-    def __init__(self, task, interval, wait=None, clock=time.monotonic, debounce=1.0):
+    def __init__(
+        self,
+        task,
+        interval,
+        wait=None,
+        clock=time.monotonic,
+        debounce=1.0,
+        *,
+        jitter=0.0,
+        rng=random.random,
+    ):
         self._task = task
         self._interval = interval
+        self._jitter = jitter
+        self._rng = rng
         self._wait = wait or (lambda event, seconds: event.wait(seconds))
         self._clock = clock
         self._debounce = debounce
@@ -53,7 +69,7 @@ class PeriodicLoop:
             if self._stop.is_set():
                 break
             if not self._triggered.is_set():
-                self._wait(self._wake, self._interval)
+                self._wait(self._wake, self.next_interval())
             if self._stop.is_set():
                 break
             if self._triggered.is_set():
@@ -64,6 +80,10 @@ class PeriodicLoop:
                 self._triggered.clear()
                 self.triggered_runs += 1
             self._wake.clear()
+
+    def next_interval(self):
+        """Seconds to wait before the next run, jitter applied."""
+        return self._interval * (1 - self._jitter + 2 * self._jitter * self._rng())
 
     def trigger(self):
         """Ask for an early run (debounced). Safe from any thread, never blocks."""

@@ -81,3 +81,17 @@ def test_trigger_wakes_a_waiting_loop():
     finally:
         loop.stop()
         worker.join(2)
+
+
+def test_intervals_are_jittered_within_bounds():
+    waits = []
+    draws = iter([0.0, 1.0, 0.5])
+
+    def wait(event, seconds):
+        waits.append(round(seconds, 6))
+        if len(waits) == 3:
+            loop.stop()
+
+    loop = PeriodicLoop(lambda: None, interval=60, wait=wait, jitter=0.25, rng=lambda: next(draws))
+    loop.run()
+    assert waits == [45.0, 75.0, 60.0]  # 60 x [0.75, 1.25, 1.0]
