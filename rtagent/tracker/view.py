@@ -49,10 +49,32 @@ def compute_node(snapshot, host_ip, now=None):
         "cpu_allocation_ratio": _ratio(invs, VCPU),
         "ram_allocation_ratio": _ratio(invs, MEMORY_MB),
         "disk_allocation_ratio": _ratio(invs, DISK_GB),
-        "cpu_info": getattr(host, "cpu_info", None) or json.dumps({}),
+        "cpu_info": cpu_info(host),
         "supported_instances": [list(s) for s in getattr(host, "supported_instances", ())],
         "updated_at": updated,
     }
+
+
+def cpu_info(host):
+    """nova's ``cpu_info`` JSON string: arch, model, vendor, topology and
+    features of the host CPU (as far as the host driver reported them)."""
+    if host is None:
+        return json.dumps({})
+    topology = getattr(host, "cpu_topology", None)
+    info = {
+        "arch": getattr(host, "cpu_arch", None),
+        "model": getattr(host, "cpu_model", None),
+        "vendor": getattr(host, "cpu_vendor", None),
+        "topology": {
+            "sockets": topology.sockets,
+            "cores": topology.cores,
+            "threads": topology.threads,
+        }
+        if topology
+        else {},
+        "features": sorted(getattr(host, "cpu_features", ()) or ()),
+    }
+    return json.dumps(info, sort_keys=True)
 
 
 def _ratio(invs, rc):

@@ -177,3 +177,27 @@ def test_restart_report_says_what_to_do():
     assert "g9" in gpus
     clean = NodeSnapshot("n", None, frozen_map({}), frozen_map({}), (), drift=drift.Drift())
     assert drift.restart_report(clean, counted=True) == []
+
+
+def test_cpu_info_is_novas_json():
+    import dataclasses
+    import json
+
+    from rtagent.virt.host import CpuTopology
+
+    host = dataclasses.replace(
+        HostView("n", "QEMU", 1, vcpus=4, memory_mb=1, local_gb=1),
+        cpu_arch="x86_64",
+        cpu_model="EPYC",
+        cpu_vendor="AMD",
+        cpu_topology=CpuTopology(sockets=1, cores=2, threads=2),
+        cpu_features=frozenset({"sse2", "avx"}),
+    )
+    assert json.loads(view.cpu_info(host)) == {
+        "arch": "x86_64",
+        "model": "EPYC",
+        "vendor": "AMD",
+        "topology": {"sockets": 1, "cores": 2, "threads": 2},
+        "features": ["avx", "sse2"],
+    }
+    assert view.cpu_info(None) == "{}"
