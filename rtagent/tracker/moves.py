@@ -145,3 +145,16 @@ def _landed(move, flavor, resources, assigned):
         project_id=move.project_id,
         assigned=assigned,
     )
+
+
+def drop_stale(state, instance_uuid, current_migration):
+    """Drop this node's moves of ``instance_uuid`` other than
+    ``current_migration`` (the instance's migration context, or None when
+    it has none): nova marks such stale migrations as error.
+
+    :returns: (new state, sorted UUIDs of the moves dropped).
+    """
+    stale = sorted(
+        m.uuid for m in state.migrations_of(instance_uuid) if m.uuid != current_migration
+    )
+    return state.without_migrations(stale), stale

@@ -325,6 +325,28 @@ class Tracker:
         LOG.info("Move recorded: %s", migration.describe())
         return True
 
+    def set_migration_context(self, instance_uuid, migration_uuid=None):
+        """The instance's current move is ``migration_uuid`` (None: none).
+
+        Moves of the instance recorded here that do not match are stale:
+        they are dropped and logged as errors. :returns: their UUIDs.
+        """
+        instance_uuid = check_uuid(instance_uuid)
+        if migration_uuid is not None:
+            migration_uuid = check_uuid(migration_uuid, "migration_uuid")
+        with self._locked("set_migration_context", instance_uuid):
+            new, stale = moves.drop_stale(self._state, instance_uuid, migration_uuid)
+            self._commit(new)
+        for uuid in stale:
+            LOG.error(
+                "Move %s of instance %s does not match its migration context (%s): "
+                "dropped as stale",
+                uuid,
+                instance_uuid,
+                migration_uuid,
+            )
+        return stale
+
     def finish_move(self, migration_uuid):
         """The instance has landed at the destination."""
         return self._move_step("finish_move", moves.finish_move, migration_uuid)

@@ -313,3 +313,12 @@ def test_deleting_an_instance_drops_its_moves():
 def test_update_of_unknown_instance():
     with pytest.raises(errors.InstanceNotFound):
         claims.update_instance(on(SRC), INST, vm_state="active")
+
+
+def test_moves_that_do_not_match_the_migration_context_are_dropped():
+    state = run(on(SRC, instance()), [("start", RESIZE_SAME)])
+    kept, stale = moves.drop_stale(state, INST, MIG)
+    assert stale == [] and MIG in kept.migrations
+    dropped, stale = moves.drop_stale(state, INST, "33333333-3333-3333-3333-333333333333")
+    assert stale == [MIG] and not dropped.migrations
+    assert as_tuple(used(dropped)) == (2, 2048, 20)  # back to the instance's own flavor
