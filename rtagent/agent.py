@@ -13,6 +13,7 @@ tracker lock free of I/O:
 
 import dataclasses
 import logging
+import threading
 import time
 
 from rtagent import exception
@@ -74,6 +75,12 @@ class Agent:
         self._store = store
         self._clock = clock
         self._syncs, self._health, self._healers = {}, {}, {}
+        # The audit thread owns the syncs and their caches. Other threads
+        # (signals, RPC, HTTP status) only read copies under this mutex, or
+        # leave requests that the next audit applies in its own thread.
+        self._mutex = threading.Lock()
+        self._pending_invalidate = False
+        self._pending_config_location = None
 
     @property
     def tracker(self):
@@ -86,10 +93,11 @@ class Agent:
         return self._sync_for(self.nodes.primary_uuid)
 
     def _sync_for(self, node_uuid):
-        if node_uuid not in self._syncs:
-            self._syncs[node_uuid] = self._make_sync()
-            self._health[node_uuid] = self._make_health()
-        return self._syncs[node_uuid]
+        with self._mutex:
+            if node_uuid not in self._syncs:
+                self._syncs[node_uuid] = self._make_sync()
+                self._health[node_uuid] = self._make_health()
+            return self._syncs[node_uuid]
 
     def audit(self):
         """Run one audit tick over every node.
@@ -104,6 +112,7 @@ class Agent:
             local accounting is up to date and a later tick retries.
         """
         started = self._clock()
+        self._apply_requests()
         try:
             views = self.driver.read_nodes()
         except HypervisorUnavailable as exc:
@@ -121,10 +130,11 @@ class Agent:
                 errors.append(exc)
                 outcome = exc
             results[snapshot.node_uuid] = (snapshot, outcome)
-        for gone in self.nodes.removed:
-            self._syncs.pop(gone, None)
-            self._health.pop(gone, None)
-            self._healers.pop(gone, None)
+        with self._mutex:
+            for gone in self.nodes.removed:
+                self._syncs.pop(gone, None)
+                self._health.pop(gone, None)
+                self._healers.pop(gone, None)
         if errors:
             raise errors[0]
         primary = results.get(self.nodes.primary_uuid) or next(iter(results.values()))
@@ -153,7 +163,12 @@ class Agent:
         sync = self._sync_for(node)
         health = self._health[node]
         if not health.due():
-            return None  # backing off after failures: no request now
+            # No request now, but the node is still out of sync: say so, so
+            # that health and status never read a skipped tick as a success.
+            status = health.status()
+            raise placement_errors.SyncBackingOff(
+                node=node, retry_in=status.retry_in, last_error=status.last_error
+            )
         try:
             outcome = sync.sync(desired)
             tracker.set_placement_ratios(sync.placement_ratios(node))
@@ -188,17 +203,29 @@ class Agent:
         return planned
 
     def invalidate_placement_cache(self):
-        """Forget every node's cached Placement view (re-read on next sync)."""
-        for sync in self._syncs.values():
-            sync.invalidate()
+        """Forget every node's cached Placement view. Safe from any thread:
+        the next audit does it, in the audit thread."""
+        with self._mutex:
+            self._pending_invalidate = True
 
     def reload_provider_config(self, conf):
-        """Re-read provider config files (SIGHUP). A bad file keeps the last
-        good configuration. :returns: True if the new files were adopted."""
-        if self.provider_configs is None:
-            return False
-        self.provider_configs.location = conf.compute.provider_config_location
-        return self.provider_configs.reload()
+        """Re-read provider config files at the next audit (SIGHUP). Safe
+        from any thread. A bad file keeps the last good configuration."""
+        with self._mutex:
+            self._pending_config_location = conf.compute.provider_config_location
+
+    def _apply_requests(self):
+        """Apply what other threads asked for, in the audit thread."""
+        with self._mutex:
+            invalidate, self._pending_invalidate = self._pending_invalidate, False
+            location, self._pending_config_location = self._pending_config_location, None
+            syncs = list(self._syncs.values())
+        if location is not None and self.provider_configs is not None:
+            self.provider_configs.location = location
+            self.provider_configs.reload()
+        if invalidate:
+            for sync in syncs:
+                sync.invalidate()
 
     def claim_standalone(self, instance_uuid, flavor, *, project_id, user_id, node_uuid=None, **kw):
         """Claim locally and write the allocation to Placement ourselves
@@ -219,7 +246,9 @@ class Agent:
 
     def sync_status(self):
         """node UUID -> sync state (in sync, last success, last error...)."""
-        return {node: health.status().to_dict() for node, health in self._health.items()}
+        with self._mutex:
+            healths = list(self._health.items())
+        return {node: health.status().to_dict() for node, health in healths}
 
     def report_unknown_consumers(self, node_uuid=None):
         """Allocations on our providers held by consumers this agent does

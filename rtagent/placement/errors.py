@@ -82,6 +82,14 @@ class PlacementAuthError(PlacementError):
     )
 
 
+class SyncBackingOff(PlacementError):
+    """A node's sync failed recently and waits before the next attempt
+    (no request was sent). The node is still out of sync."""
+
+    code = "placement.sync_backing_off"
+    msg_fmt = "Sync of node {node} backs off for {retry_in:.0f} s more after: {last_error}"
+
+
 class SyncConflictsExhausted(PlacementError):
     """Generation conflicts outlasted the retry policy; the next tick retries."""
 

@@ -96,12 +96,16 @@ def claim_standalone(
             consumer_type=consumer_type,
         )
     except errors.AllocationRefused:
-        tracker.abort_instance_claim(instance_uuid)
-        tracker.forget_released([instance_uuid])
-        LOG.info("Rolled back the claim of %s: Placement refused it", instance_uuid)
+        # Undo only a claim this call created: a retried call that found the
+        # claim already held must not free capacity someone relies on.
+        if claim.created:
+            tracker.abort_instance_claim(instance_uuid)
+            tracker.forget_released([instance_uuid])
+            LOG.info("Rolled back the claim of %s: Placement refused it", instance_uuid)
         raise
     except errors.PlacementError:
-        tracker.abort_instance_claim(instance_uuid)
-        LOG.info("Rolled back the claim of %s: Placement unreachable", instance_uuid)
+        if claim.created:
+            tracker.abort_instance_claim(instance_uuid)
+            LOG.info("Rolled back the claim of %s: Placement unreachable", instance_uuid)
         raise
     return claim

@@ -228,7 +228,12 @@ def check_limits(limits):
             raise errors.InvalidClaimRequest(reason=f"unknown limit {key!r}")
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
             raise errors.InvalidClaimRequest(reason=f"limit {key} must be >= 0, got {value!r}")
         result[LIMIT_KEYS[key]] = value
     return result

@@ -191,11 +191,16 @@ class Migration:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """An acknowledged claim: durable before it is returned to the caller."""
+    """An acknowledged claim: durable before it is returned to the caller.
+
+    ``created`` is False when the call found the same claim already held
+    (a retry): whoever rolls back must only undo what it created.
+    """
 
     instance_uuid: str
     node_uuid: str
     resources: types.MappingProxyType
+    created: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -241,10 +241,12 @@ class Tracker:
             new = claims.claim_instance(
                 self._state, self._context(), instance, checked_limits, assigned
             )
+            created = new is not self._state
             self._commit(new)
             held = self._state.instances[instance.uuid]
-        LOG.info("Claimed %s for instance %s", dict(held.resources), held.uuid)
-        return Claim(held.uuid, self.node_uuid, held.resources)
+        if created:
+            LOG.info("Claimed %s for instance %s", dict(held.resources), held.uuid)
+        return Claim(held.uuid, self.node_uuid, held.resources, created)
 
     def abort_instance_claim(self, instance_uuid):
         """Release an instance's claim. Returns False if there was none.

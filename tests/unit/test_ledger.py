@@ -129,7 +129,17 @@ def test_check_limits(limits, expected):
     assert ledger.check_limits(limits) == expected
 
 
-@pytest.mark.parametrize("limits", [{"vcpus": 1}, {"vcpu": -1}, {"vcpu": "8"}, {"vcpu": True}])
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"vcpus": 1},
+        {"vcpu": -1},
+        {"vcpu": "8"},
+        {"vcpu": True},
+        {"memory_mb": float("nan")},  # would disable the check: NaN compares False
+        {"disk_gb": float("inf")},
+    ],
+)
 def test_check_limits_rejects(limits):
     with pytest.raises(errors.InvalidClaimRequest):
         ledger.check_limits(limits)

@@ -73,7 +73,9 @@ def test_malformed_instance_uuid_is_refused(tracker, bad):
 def test_repeated_claim_is_idempotent_and_a_different_one_conflicts(tracker):
     uid = str(uuid.uuid4())
     first = tracker.instance_claim(uid, SMALL)
-    assert tracker.instance_claim(uid.upper(), SMALL) == first
+    again = tracker.instance_claim(uid.upper(), SMALL)
+    assert (first.created, again.created) == (True, False)
+    assert again.resources == first.resources and again.instance_uuid == first.instance_uuid
     with pytest.raises(errors.InstanceClaimConflict):
         tracker.instance_claim(uid, Flavor(2, 512, 10))
     assert len(tracker.snapshot().instances) == 1

@@ -96,3 +96,25 @@ def test_unreachable_placement_rolls_back_and_healing_cleans_a_landed_write(
     node.tracker.forget_released(result.healed)
     assert allocations_of(operator, inst) == {}
     assert node.tracker.snapshot().released == frozenset()
+
+
+def test_a_refused_retry_does_not_roll_back_a_claim_it_did_not_create(node, operator, client):
+    """The claim exists (made earlier); a retried standalone call whose write
+    Placement refuses must leave it alone."""
+    uid = str(uuid.uuid4())
+    node.tracker.instance_claim(uid, Flavor(1, 256, 1))
+    # The scheduler already allocated something else for this consumer.
+    resp = operator.put(
+        f"/allocations/{uid}",
+        json={
+            "allocations": {node.tracker.node_uuid: {"resources": {"VCPU": 2}}},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        },
+    )
+    assert resp.status_code == 204, resp.text
+    with pytest.raises(errors.AllocationRefused):
+        claim_standalone(node.tracker, client, uid, Flavor(1, 256, 1), project_id="p", user_id="u")
+    assert uid in {i.uuid for i in node.tracker.snapshot().instances}
