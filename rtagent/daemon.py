@@ -290,12 +290,14 @@ class Daemon:
         self.loop.stop()
         if self._loop_thread is not None:
             self._loop_thread.join(max(0.0, deadline - self._clock()))
+        if self.publisher is not None:
+            # Stopped before the final flush publishes once more: the
+            # publisher's state is not shared between two threads.
+            self.publisher.stop(timeout=max(0.1, min(5.0, deadline - self._clock())))
         if self.loop.runs and not self._loop_thread.is_alive():
             # The last word to Placement: whatever the final calls changed.
             # (Not while a stuck tick still runs: a sync is single-threaded.)
             _bounded(self._final_flush, deadline - self._clock(), "final flush")
-        if self.publisher is not None:
-            self.publisher.stop(timeout=max(0.1, min(5.0, deadline - self._clock())))
         if self.health is not None:
             self.health.stop()
         LOG.info("Stopped after %d audit(s), %d failed", self.loop.runs, self.loop.failures)

@@ -35,7 +35,13 @@ class Notifier:
         message = "\n".join(f"{key}={value}" for key, value in fields.items())
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                # Never block: a notify socket nobody reads (a full queue) must
+                # not freeze the thread that also acts on SIGTERM and SIGHUP.
+                sock.setblocking(False)
                 sock.sendto(message.encode("utf-8"), self._address)
+        except BlockingIOError:
+            LOG.debug("systemd notify socket is full; dropped %s", message.split("\n")[0])
+            return False
         except OSError as exc:
             # A notify failure must never take the agent down.
             LOG.warning("systemd notify failed: %s", exc)
