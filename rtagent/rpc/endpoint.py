@@ -149,14 +149,30 @@ class AgentEndpoint:
         return {"host": self._host, "api_version": transport.API_VERSION}
 
     def _instance_claim(self, a):
-        claim = self._node(a).instance_claim(
-            a["instance_uuid"],
-            _flavor(a["flavor"]),
-            a.get("limits"),
-            volume_backed=a.get("volume_backed", False),
-            project_id=a.get("project_id", ""),
-            assigned=a.get("assigned"),
-        )
+        kwargs = {
+            "limits": a.get("limits"),
+            "volume_backed": a.get("volume_backed", False),
+            "assigned": a.get("assigned"),
+        }
+        if "user_id" in a:
+            # Standalone mode: claim, then write the allocation ourselves;
+            # a refusal by Placement rolls the claim back.
+            self._node(a)  # an unknown node_uuid is refused before anything
+            claim = self._agent.claim_standalone(
+                a["instance_uuid"],
+                _flavor(a["flavor"]),
+                project_id=a.get("project_id", ""),
+                user_id=a["user_id"],
+                node_uuid=a.get("node_uuid"),
+                **kwargs,
+            )
+        else:
+            claim = self._node(a).instance_claim(
+                a["instance_uuid"],
+                _flavor(a["flavor"]),
+                project_id=a.get("project_id", ""),
+                **kwargs,
+            )
         return {
             "instance_uuid": claim.instance_uuid,
             "node_uuid": claim.node_uuid,

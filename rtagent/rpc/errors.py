@@ -16,6 +16,7 @@ plus the few defined here for the RPC edge itself.
 import logging
 
 from rtagent import exception
+from rtagent.placement import errors as placement_errors
 from rtagent.tracker import errors as tracker_errors
 
 LOG = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ RETRIABLE = frozenset(
         tracker_errors.NodeNotReady.code,
         tracker_errors.HostUnavailable.code,
         tracker_errors.StateError.code,
+        placement_errors.PlacementUnavailable.code,
     }
 )
 

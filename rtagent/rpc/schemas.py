@@ -104,6 +104,9 @@ METHODS = {
             "volume_backed": {"type": "boolean"},
             "project_id": _TEXT,
             "assigned": ASSIGNED,
+            # 1.1: with a user_id the agent writes the allocation to
+            # Placement itself (standalone mode, no Nova scheduler).
+            "user_id": _TEXT,
         },
         required=("instance_uuid", "flavor"),
     ),

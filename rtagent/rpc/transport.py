@@ -10,7 +10,7 @@ import threading
 import warnings
 
 TOPIC = "rtagent"
-API_VERSION = "1.0"
+API_VERSION = "1.1"
 NOTIFICATION_TOPIC = "notifications"
 
 _backend_lock = threading.Lock()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rtagent.rpc import schemas
+from rtagent.rpc import schemas, transport
 from rtagent.rpc.client import AgentClient
 from rtagent.rpc.endpoint import validate
 from rtagent.rpc.errors import InvalidRequest
@@ -91,7 +91,7 @@ def state_of(agent):
 
 def test_every_method_round_trips(agent, client):
     node = agent.served.node_uuid
-    assert ok(client, "ping") == {"host": agent.conf.host, "api_version": "1.0"}
+    assert ok(client, "ping") == {"host": agent.conf.host, "api_version": transport.API_VERSION}
 
     inst = new_uuid()
     claim = ok(client, "instance_claim", instance_uuid=inst, flavor=flavor(1, 512, 2))
@@ -408,3 +408,42 @@ def test_agent_restart_keeps_acknowledged_claims(agent):
     assert status["instances"] == len(snap.instances)
     for inst in claimed:
         assert ok(client, "abort_instance_claim", instance_uuid=inst) == {"released": True}
+
+
+def test_standalone_claims_write_their_allocation_or_roll_back(agent, placement):
+    # A client of the agent as it is now (an earlier test may restart it).
+    client = agent.served.client(timeout=CALL_S)
+    admin = placement.admin_adapter()
+    node = agent.served.node_uuid
+    uid = new_uuid()
+    result = ok(
+        client,
+        "instance_claim",
+        instance_uuid=uid,
+        flavor=flavor(1, 256, 1),
+        project_id="p",
+        user_id="u",
+    )
+    assert result["resources"] == {"VCPU": 1, "MEMORY_MB": 256, "DISK_GB": 1}
+    held = admin.get(f"/allocations/{uid}").json()["allocations"]
+    assert held[node]["resources"] == result["resources"]
+
+    # Placement refuses: someone else already holds other allocations for it.
+    other = new_uuid()
+    resp = admin.put(
+        f"/allocations/{other}",
+        json={
+            "allocations": {node: {"resources": {"VCPU": 1}}},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        },
+    )
+    assert resp.status_code == 204, resp.text
+    reply = call(
+        client, "instance_claim", instance_uuid=other, flavor=flavor(2, 256, 1), user_id="u"
+    )
+    assert not reply["ok"] and reply["error"]["code"] == "placement.allocation_refused"
+    assert other not in {i.uuid for i in agent.served.agent.tracker.snapshot().instances}
+    ok(client, "abort_instance_claim", instance_uuid=uid)
