@@ -68,7 +68,10 @@ class Agent:
         self.driver = driver
         self.nodes = nodes
         self.provider_configs = provider_configs
-        self.consumers = allocations.ConsumerReport()
+        # node -> the consumers found unknown at the last check, and the
+        # root generation that check saw (checked again when it moves).
+        self._unknown_seen, self._unknown_gen = {}, {}
+        self._reports = {}
         self._make_sync = make_sync
         self._make_health = make_health
         self._client = client
@@ -173,6 +176,7 @@ class Agent:
             outcome = sync.sync(desired)
             tracker.set_placement_ratios(sync.placement_ratios(node))
             self._heal(tracker, snapshot, desired)
+            self._check_unknown(node, sync)
         except placement_errors.PlacementError as exc:
             health.record_failure(exc)
             raise
@@ -227,6 +231,39 @@ class Agent:
             for sync in syncs:
                 sync.invalidate()
 
+    def _check_unknown(self, node, sync):
+        """Report allocations of consumers this agent does not know, when
+        the root's generation moved (allocations change it); a consumer is
+        reported once it is found twice in a row, so an allocation the
+        scheduler makes just before its claim arrives is not reported."""
+        root = sync.view.get(node)
+        if self._client is None or root is None:
+            return
+        with self._mutex:
+            report = self._reports.setdefault(node, allocations.ConsumerReport())
+        previous = self._unknown_seen.get(node, {})
+        # Candidates not yet confirmed are looked at again on the next tick,
+        # even if nothing moved; otherwise only when the generation moves.
+        pending = set(previous) - set(report.unknown)
+        if self._unknown_gen.get(node) == root.generation and not pending:
+            return
+        found = self._unknown_found(node)
+        self._unknown_seen[node] = found
+        self._unknown_gen[node] = root.generation
+        report.update({c: a for c, a in found.items() if c in previous})
+
+    def _unknown_found(self, node_uuid):
+        snap = self.nodes.get(node_uuid).snapshot()
+        known = (
+            {i.uuid for i in snap.instances}
+            | {m.uuid for m in snap.migrations}
+            | {m.instance_uuid for m in snap.migrations}
+            | set(snap.released)
+        )
+        return allocations.unknown_consumers(
+            self._client, self._sync_for(node_uuid).view.generations(), known
+        )
+
     def claim_standalone(self, instance_uuid, flavor, *, project_id, user_id, node_uuid=None, **kw):
         """Claim locally and write the allocation to Placement ourselves
         (no Nova scheduler); a refusal by Placement rolls the claim back.
@@ -248,24 +285,26 @@ class Agent:
         """node UUID -> sync state (in sync, last success, last error...)."""
         with self._mutex:
             healths = list(self._health.items())
-        return {node: health.status().to_dict() for node, health in healths}
+        unknown = self.unknown_consumers()
+        return {
+            node: dict(health.status().to_dict(), unknown_consumers=sorted(unknown.get(node, {})))
+            for node, health in healths
+        }
 
     def report_unknown_consumers(self, node_uuid=None):
-        """Allocations on our providers held by consumers this agent does
-        not know: reported (log, status), never deleted. One GET per
-        provider, so it is run on demand, not every tick."""
+        """Check now (one GET per provider) for allocations on our providers
+        held by consumers this agent does not know; reported (log, status,
+        metrics), never deleted. :returns: {consumer: allocations}."""
         node_uuid = node_uuid or self.nodes.primary_uuid
-        snap = self.nodes.get(node_uuid).snapshot()
-        known = (
-            {i.uuid for i in snap.instances}
-            | {m.uuid for m in snap.migrations}
-            | {m.instance_uuid for m in snap.migrations}
-            | set(snap.released)
-        )
-        found = allocations.unknown_consumers(
-            self._client, self._sync_for(node_uuid).view.generations(), known
-        )
-        return self.consumers.update(found)
+        with self._mutex:
+            report = self._reports.setdefault(node_uuid, allocations.ConsumerReport())
+        return report.update(self._unknown_found(node_uuid))
+
+    def unknown_consumers(self):
+        """node UUID -> {consumer: allocations} as last reported."""
+        with self._mutex:
+            reports = list(self._reports.items())
+        return {node: report.unknown for node, report in reports}
 
     def close(self):
         """Close the hypervisor connection and the state store."""

@@ -129,6 +129,9 @@ class Daemon:
             "last_error": self._last_error,
             "failures": self._failures,
             "audits": self.loop.runs,
+            "unknown_consumers": {
+                node: len(found) for node, found in self.agent.unknown_consumers().items()
+            },
         }
 
     # -- health ----------------------------------------------------------

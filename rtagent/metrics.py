@@ -151,3 +151,12 @@ class _StateCollector:
         )
         lag.add_metric([], self._wall() - last if last else -1)
         yield lag
+        unknown = GaugeMetricFamily(
+            "rtagent_unknown_consumers",
+            "Consumers holding allocations on the node's providers that the agent "
+            "does not know (reported, never deleted).",
+            labels=["node"],
+        )
+        for node, count in (self._sync_state().get("unknown_consumers") or {}).items():
+            unknown.add_metric([node], count)
+        yield unknown

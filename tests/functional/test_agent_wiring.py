@@ -7,6 +7,7 @@ import pytest
 
 from rtagent.placement import errors
 from rtagent.tracker.model import Flavor
+from tests.functional.conftest import Recorder
 
 pytestmark = pytest.mark.functional
 
@@ -86,3 +87,33 @@ providers:
     traits = operator.get(f"/resource_providers/{node}/traits").json()["traits"]
     assert "CUSTOM_RACK_A" in traits and "COMPUTE_NODE" in traits
     assert agent.sync_status()[node]["in_sync"] is True
+
+
+def test_unknown_consumers_are_reported_after_two_checks_and_left_alone(make_agent, operator):
+    recorder = Recorder()
+    agent = make_agent(observer=recorder)
+    node = agent.audit().snapshot.node_uuid
+    agent.audit()
+    recorder.reset()
+    agent.audit()
+    assert recorder.count() == 1  # nothing moved: no check, one read
+    squatter = str(uuid.uuid4())
+    resp = operator.put(
+        f"/allocations/{squatter}",
+        json={
+            "allocations": {node: {"resources": {"VCPU": 1}}},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        },
+    )
+    assert resp.status_code == 204, resp.text
+    agent.audit()  # the generation moved: first sighting, not reported yet
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+    agent.audit()  # seen again: reported
+    assert agent.sync_status()[node]["unknown_consumers"] == [squatter]
+    recorder.reset()
+    agent.audit()  # steady again: no more checks
+    assert recorder.count() == 1
+    assert allocations(operator, squatter)  # never deleted
