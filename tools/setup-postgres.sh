@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine for the PostgreSQL-backed Placement tests
 # (tests/integration/test_placement_pg.py, rtagent.testing.postgres): the
-# postgresql packages and psycopg2 in the virtualenv. Idempotent. Nothing is
-# started here (Debian's own cluster is not used); the tests start and stop a
-# private server by PID.
+# postgresql packages (psycopg2 comes with the project's test extras).
+# Idempotent. Nothing is started here (Debian's own cluster is not used); the
+# tests start and stop a private server by PID.
 set -euo pipefail
-
-top=$(cd "$(dirname "$0")/.." && pwd)
-venv=${RTAGENT_VENV:-$top/.venv}
 
 if [ ! -x /usr/lib/postgresql/15/bin/initdb ]; then
     if [ "$(id -u)" -ne 0 ]; then
@@ -20,7 +17,5 @@ if [ ! -x /usr/lib/postgresql/15/bin/initdb ]; then
     apt-get install -y -qq --no-install-recommends postgresql >/dev/null
 fi
 
-if ! "$venv/bin/python" -c "import psycopg2" 2>/dev/null; then
-    echo "setup-postgres: installing psycopg2-binary into $venv"
-    "$venv/bin/pip" install -q psycopg2-binary
-fi
+# The driver Placement uses for PostgreSQL (psycopg2-binary) is a test extra
+# in pyproject.toml, installed with the project.
