@@ -15,13 +15,11 @@ import argparse
 import sys
 import uuid
 
-from keystoneauth1 import adapter as ks_adapter
-from keystoneauth1 import session as ks_session
-from keystoneauth1.loading import get_plugin_loader
 from oslo_config import cfg
 
 from rtagent.rpc import transport
 from rtagent.rpc.client import AgentClient
+from rtagent.testing.placement_server import admin_adapter
 
 WEB = {"vcpus": 2, "memory_mb": 4096, "root_gb": 20}
 WEB_LARGE = {"vcpus": 3, "memory_mb": 6144, "root_gb": 20}
@@ -43,16 +41,7 @@ class Conductor:
         self._transport = transport.get_transport(conf, url=transport_url)
         # retry=3: a conductor whose broker is down must not hang forever.
         self.agent = AgentClient(self._transport, host, timeout=timeout, retry=3)
-        auth = get_plugin_loader("admin_token").load_from_options(
-            endpoint=placement_endpoint,
-            token="admin",  # noqa: S106 - noauth2 test deployments take any token
-        )
-        self.placement = ks_adapter.Adapter(
-            ks_session.Session(auth=auth),
-            service_type="placement",
-            default_microversion="1.39",
-            raise_exc=False,
-        )
+        self.placement = admin_adapter(placement_endpoint)
         self.node = None
 
     def close(self):

@@ -65,6 +65,24 @@ def _manage_command() -> list[str]:
     ]
 
 
+def admin_adapter(endpoint: str, microversion: str = "1.39") -> adapter.Adapter:
+    """A keystoneauth1 Adapter for a noauth2 Placement at ``endpoint`` (a
+    process or the in-process fixture) with the ``admin`` token; errors are
+    returned, not raised."""
+    # noauth2 takes the token as the user name; "admin" is not a secret.
+    auth = loading.get_plugin_loader("admin_token").load_from_options(
+        endpoint=endpoint,
+        token="admin",  # noqa: S106
+    )
+    return adapter.Adapter(
+        session.Session(auth=auth),
+        service_type="placement",
+        endpoint_override=endpoint,
+        default_microversion=microversion,
+        raise_exc=False,
+    )
+
+
 class PlacementServer:
     """One Placement process on 127.0.0.1; a context manager.
 
@@ -183,18 +201,7 @@ class PlacementServer:
         """A keystoneauth1 Adapter with the ``admin`` token; errors are returned, not raised."""
         if self.endpoint is None:
             raise PlacementServerError("not started")
-        # noauth2 takes the token as the user name; "admin" is not a secret.
-        auth = loading.get_plugin_loader("admin_token").load_from_options(
-            endpoint=self.endpoint,
-            token="admin",  # noqa: S106
-        )
-        return adapter.Adapter(
-            session.Session(auth=auth),
-            service_type="placement",
-            endpoint_override=self.endpoint,
-            default_microversion=microversion,
-            raise_exc=False,
-        )
+        return admin_adapter(self.endpoint, microversion)
 
     # -- internals ---------------------------------------------------------
 

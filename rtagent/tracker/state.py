@@ -30,6 +30,18 @@ class NodeState:
     seq: int = 0
     released: frozenset = frozenset()
 
+    @classmethod
+    def restore(cls, store, node_uuid):
+        """The state of ``node_uuid`` as the store holds it."""
+        migrations = store.load_migrations(node_uuid)
+        return cls(
+            node_uuid=node_uuid,
+            instances=frozen_map({i.uuid: i for i in store.load_instances(node_uuid)}),
+            migrations=frozen_map({m.uuid: m for m in migrations}),
+            seq=max((m.seq for m in migrations), default=0),
+            released=store.load_released(node_uuid),
+        )
+
     def held(self):
         return ledger.holdings(self.node_uuid, self.instances, self.migrations.values())
 

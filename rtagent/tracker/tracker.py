@@ -85,14 +85,7 @@ class Tracker:
         self._ratios_key = f"placement_ratios:{node_uuid}"
         self._placement_ratios = json.loads(store.get_meta(self._ratios_key) or "{}")
         self._inventories = {}
-        migrations = store.load_migrations(node_uuid)
-        self._state = NodeState(
-            node_uuid=node_uuid,
-            instances=frozen_map({i.uuid: i for i in store.load_instances(node_uuid)}),
-            migrations=frozen_map({m.uuid: m for m in migrations}),
-            seq=max((m.seq for m in migrations), default=0),
-            released=store.load_released(node_uuid),
-        )
+        self._state = NodeState.restore(store, node_uuid)
         self._disabled_key = f"disabled:{node_uuid}"
         self._disabled = store.get_meta(self._disabled_key)
         LOG.info(
@@ -285,40 +278,19 @@ class Tracker:
 
     # -- moves -----------------------------------------------------------
 
-    def start_move(
-        self,
-        migration_uuid,
-        instance_uuid,
-        migration_type,
-        *,
-        source_node,
-        dest_node,
-        old_flavor,
-        new_flavor=None,
-        volume_backed=False,
-        limits=None,
-        assigned=None,
-    ):
+    def start_move(self, *args, limits=None, assigned=None, **request):
         """Record a move involving this node; at the destination, claim it.
 
-        ``new_flavor`` defaults to ``old_flavor`` (migrations, live
-        migrations, evacuations). Repeating a start is harmless.
+        The move is described as :func:`rtagent.tracker.requests.migration`
+        takes it (``new_flavor`` defaults to ``old_flavor``). Repeating a
+        start is harmless.
 
         :raises InvalidClaimRequest: malformed input, or the move does not
             involve this node.
         :raises ComputeResourcesUnavailable: the destination cannot fit it.
         :raises StateError: the durable write failed; nothing changed.
         """
-        migration = requests.migration(
-            migration_uuid,
-            instance_uuid,
-            migration_type,
-            source_node=source_node,
-            dest_node=dest_node,
-            old_flavor=old_flavor,
-            new_flavor=new_flavor,
-            volume_backed=volume_backed,
-        )
+        migration = requests.migration(*args, **request)
         checked_limits = ledger.check_limits(limits)
         with self._locked("start_move", migration.uuid):
             ctx = self._context() if migration.dest_node == self.node_uuid else None
@@ -341,8 +313,7 @@ class Tracker:
             self._commit(new)
         for uuid in stale:
             LOG.error(
-                "Move %s of instance %s does not match its migration context (%s): "
-                "dropped as stale",
+                "Move %s of instance %s is stale (context %s): dropped",
                 uuid,
                 instance_uuid,
                 migration_uuid,

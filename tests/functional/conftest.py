@@ -5,28 +5,31 @@ import os
 import warnings
 
 import pytest
-from keystoneauth1 import adapter as ks_adapter
-from keystoneauth1 import session as ks_session
-from keystoneauth1.loading import get_plugin_loader
 
 from rtagent import conf as rtconf
 from rtagent import service
-from rtagent.placement.client import MICROVERSION, RequestObserver
+from rtagent.placement.client import RequestObserver
 from rtagent.placement.health import SyncHealth
+from rtagent.testing.placement_server import admin_adapter as make_adapter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO_HOST_XML = os.path.join(ROOT, "etc", "rtagent", "demo-host.xml")
 DEMO_URI = "test:///" + DEMO_HOST_XML
 
 
-def make_adapter(endpoint):
-    auth = get_plugin_loader("admin_token").load_from_options(endpoint=endpoint, token="admin")
-    return ks_adapter.Adapter(
-        ks_session.Session(auth=auth),
-        service_type="placement",
-        default_microversion=MICROVERSION,
-        raise_exc=False,
+def put_allocation(adapter, consumer, allocations, generation=None, consumer_type="INSTANCE"):
+    """Write ``{provider: {class: amount}}`` for ``consumer`` as a scheduler would."""
+    resp = adapter.put(
+        f"/allocations/{consumer}",
+        json={
+            "allocations": {rp: {"resources": res} for rp, res in allocations.items()},
+            "project_id": "proj",
+            "user_id": "user",
+            "consumer_generation": generation,
+            "consumer_type": consumer_type,
+        },
     )
+    assert resp.status_code == 204, resp.text
 
 
 @pytest.fixture

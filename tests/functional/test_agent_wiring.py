@@ -7,7 +7,7 @@ import pytest
 
 from rtagent.placement import errors
 from rtagent.tracker.model import Flavor
-from tests.functional.conftest import Recorder
+from tests.functional.conftest import Recorder, put_allocation
 
 pytestmark = pytest.mark.functional
 
@@ -40,17 +40,7 @@ def test_standalone_claim_refused_by_placement_is_rolled_back(make_agent, operat
     node = agent.audit().snapshot.node_uuid
     # someone else holds most of the memory in Placement (not in our ledger)
     squatter = str(uuid.uuid4())
-    resp = operator.put(
-        f"/allocations/{squatter}",
-        json={
-            "allocations": {node: {"resources": {"MEMORY_MB": 30000}}},
-            "project_id": "p",
-            "user_id": "u",
-            "consumer_generation": None,
-            "consumer_type": "INSTANCE",
-        },
-    )
-    assert resp.status_code == 204, resp.text
+    put_allocation(operator, squatter, {node: {"MEMORY_MB": 30000}})
     uid = str(uuid.uuid4())
     with pytest.raises(errors.AllocationRefused):
         agent.claim_standalone(uid, Flavor(1, 4096, 1), project_id="p", user_id="u")
@@ -98,17 +88,7 @@ def test_unknown_consumers_are_reported_after_two_checks_and_left_alone(make_age
     agent.audit()
     assert recorder.count() == 1  # nothing moved: no check, one read
     squatter = str(uuid.uuid4())
-    resp = operator.put(
-        f"/allocations/{squatter}",
-        json={
-            "allocations": {node: {"resources": {"VCPU": 1}}},
-            "project_id": "p",
-            "user_id": "u",
-            "consumer_generation": None,
-            "consumer_type": "INSTANCE",
-        },
-    )
-    assert resp.status_code == 204, resp.text
+    put_allocation(operator, squatter, {node: {"VCPU": 1}})
     agent.audit()  # the generation moved: first sighting, not reported yet
     assert agent.sync_status()[node]["unknown_consumers"] == []
     agent.audit()  # seen again: reported

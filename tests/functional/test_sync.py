@@ -9,7 +9,7 @@ import pytest
 from rtagent.placement import errors
 from rtagent.tracker import errors as tracker_errors
 from rtagent.tracker.model import Flavor
-from tests.functional.conftest import Recorder, make_adapter
+from tests.functional.conftest import Recorder, make_adapter, put_allocation
 
 pytestmark = pytest.mark.functional
 
@@ -211,17 +211,7 @@ def test_refused_write_leaves_the_view_true_and_others_inventory_alone(make_agen
 
     # Ask to drop DISK_GB (ours) while it is allocated: Placement refuses.
     consumer = str(uuid.uuid4())
-    resp = operator.put(
-        f"/allocations/{consumer}",
-        json={
-            "allocations": {node: {"resources": {"DISK_GB": 1, "CUSTOM_GOLD": 1}}},
-            "project_id": "p",
-            "user_id": "u",
-            "consumer_generation": None,
-            "consumer_type": "INSTANCE",
-        },
-    )
-    assert resp.status_code == 204, resp.text
+    put_allocation(operator, consumer, {node: {"DISK_GB": 1, "CUSTOM_GOLD": 1}})
     host = agent.driver.read_host()
     agent.driver.read_host = lambda: dataclasses.replace(host, local_gb=0)
     before = agent.sync.view.get(node)

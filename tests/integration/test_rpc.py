@@ -19,6 +19,7 @@ from rtagent.rpc.endpoint import validate
 from rtagent.rpc.errors import InvalidRequest
 from rtagent.rpc.transport import get_transport
 from rtagent.testing.placement_server import PlacementServer
+from tests.functional.conftest import put_allocation
 from tests.functional.rpc.harness import ServedAgent, bounded_call, make_conf
 
 pytestmark = pytest.mark.integration
@@ -430,17 +431,7 @@ def test_standalone_claims_write_their_allocation_or_roll_back(agent, placement)
 
     # Placement refuses: someone else already holds other allocations for it.
     other = new_uuid()
-    resp = admin.put(
-        f"/allocations/{other}",
-        json={
-            "allocations": {node: {"resources": {"VCPU": 1}}},
-            "project_id": "p",
-            "user_id": "u",
-            "consumer_generation": None,
-            "consumer_type": "INSTANCE",
-        },
-    )
-    assert resp.status_code == 204, resp.text
+    put_allocation(admin, other, {node: {"VCPU": 1}})
     reply = call(
         client, "instance_claim", instance_uuid=other, flavor=flavor(2, 256, 1), user_id="u"
     )

@@ -5,28 +5,13 @@ import uuid
 import pytest
 
 from rtagent.placement.client import PlacementClient
-from tests.functional.conftest import Recorder, make_adapter
+from tests.functional.conftest import Recorder, make_adapter, put_allocation  # noqa: F401
 
 
 def get(adapter, url):
     response = adapter.get(url)
     assert response.status_code == 200, response.text
     return response.json()
-
-
-def put_allocation(adapter, consumer, allocations, generation=None, consumer_type="INSTANCE"):
-    """Write ``{provider: {class: amount}}`` for ``consumer`` as a scheduler would."""
-    resp = adapter.put(
-        f"/allocations/{consumer}",
-        json={
-            "allocations": {rp: {"resources": res} for rp, res in allocations.items()},
-            "project_id": "proj",
-            "user_id": "user",
-            "consumer_generation": generation,
-            "consumer_type": consumer_type,
-        },
-    )
-    assert resp.status_code == 204, resp.text
 
 
 def allocations_of(adapter, consumer):

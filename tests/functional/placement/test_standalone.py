@@ -104,17 +104,7 @@ def test_a_refused_retry_does_not_roll_back_a_claim_it_did_not_create(node, oper
     uid = str(uuid.uuid4())
     node.tracker.instance_claim(uid, Flavor(1, 256, 1))
     # The scheduler already allocated something else for this consumer.
-    resp = operator.put(
-        f"/allocations/{uid}",
-        json={
-            "allocations": {node.tracker.node_uuid: {"resources": {"VCPU": 2}}},
-            "project_id": "p",
-            "user_id": "u",
-            "consumer_generation": None,
-            "consumer_type": "INSTANCE",
-        },
-    )
-    assert resp.status_code == 204, resp.text
+    put_allocation(operator, uid, {node.tracker.node_uuid: {"VCPU": 2}})
     with pytest.raises(errors.AllocationRefused):
         claim_standalone(node.tracker, client, uid, Flavor(1, 256, 1), project_id="p", user_id="u")
     assert uid in {i.uuid for i in node.tracker.snapshot().instances}

@@ -3,30 +3,13 @@ benchmarks: the libvirt test driver's demo host and a real Placement."""
 
 import os
 
-from keystoneauth1 import adapter as ks_adapter
-from keystoneauth1 import session as ks_session
-from keystoneauth1.loading import get_plugin_loader
-
 from rtagent import conf as rtconf
 from rtagent import service
-from rtagent.placement.client import MICROVERSION
 from rtagent.rpc import transport
 from rtagent.rpc.client import AgentClient
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.server import RPCServer
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-DEMO_URI = "test:///" + os.path.join(ROOT, "etc", "rtagent", "demo-host.xml")
-
-
-def make_adapter(endpoint):
-    auth = get_plugin_loader("admin_token").load_from_options(endpoint=endpoint, token="admin")
-    return ks_adapter.Adapter(
-        ks_session.Session(auth=auth),
-        service_type="placement",
-        default_microversion=MICROVERSION,
-        raise_exc=False,
-    )
+from tests.functional.conftest import DEMO_URI, make_adapter
 
 
 def make_conf(workdir, transport_url, host="rpc-test-host", **overrides):
