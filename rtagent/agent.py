@@ -9,6 +9,8 @@ tracker lock free of I/O:
 4. ``sync.sync(desired)``            per node, Placement calls, no lock held;
 5. ``tracker.set_placement_ratios``  lock held: memory and one local write;
 6. healing of released consumers     Placement calls, no lock held.
+
+Steps 4 to 6 are one node's :class:`~rtagent.publisher.NodePublisher`.
 """
 
 import dataclasses
@@ -17,10 +19,8 @@ import threading
 import time
 
 from rtagent import exception
-from rtagent.placement import allocations, standalone
-from rtagent.placement import errors as placement_errors
+from rtagent.placement import standalone
 from rtagent.placement.desired import desired_tree
-from rtagent.placement.health import SyncHealth
 from rtagent.virt.errors import HypervisorUnavailable
 
 LOG = logging.getLogger(__name__)
@@ -40,46 +40,42 @@ class AuditResult:
 
 
 class Agent:
-    """Ties a host driver, the node trackers and the Placement sync together.
+    """Ties a host driver, the node trackers and their publishers together.
 
     Claims go straight to a tracker (``agent.tracker`` for the primary
     node, ``agent.nodes.get(uuid)`` for others); they never wait for an
     audit's I/O.
 
+    :param driver: the host driver (:class:`rtagent.virt.driver.HostDriver`).
     :param nodes: a :class:`rtagent.tracker.nodes.NodeSet`.
-    :param make_sync: callable() -> ProviderSync, one per node's tree.
-    :param client: the PlacementClient, for healing and standalone claims.
+    :param make_publisher: callable(node_uuid) -> a new
+        :class:`~rtagent.publisher.NodePublisher` for that node.
+    :param store: the state store, closed with the agent.
+    :param client: the PlacementClient, for standalone claims.
     :param provider_configs: a ProviderConfigSource, or None.
-    :param make_health: callable() -> SyncHealth (its backoff), per node.
     """
 
     def __init__(
         self,
         driver,
         nodes,
-        make_sync,
+        make_publisher,
         *,
         store=None,
         client=None,
         provider_configs=None,
-        make_health=SyncHealth,
         clock=time.monotonic,
     ):
         self.driver = driver
         self.nodes = nodes
         self.provider_configs = provider_configs
-        # node -> the consumers found unknown at the last check, and the
-        # root generation that check saw (checked again when it moves).
-        self._unknown_seen, self._unknown_gen = {}, {}
-        self._reports = {}
-        self._make_sync = make_sync
-        self._make_health = make_health
+        self._make_publisher = make_publisher
         self._client = client
         self._store = store
         self._clock = clock
-        self._syncs, self._health, self._healers = {}, {}, {}
-        # The audit thread owns the syncs and their caches. Other threads
-        # (signals, RPC, HTTP status) only read copies under this mutex, or
+        self._publishers = {}
+        # The audit thread owns the publishers and their caches. Other
+        # threads (signals, RPC, HTTP status) only read under this mutex, or
         # leave requests that the next audit applies in its own thread.
         self._mutex = threading.Lock()
         self._pending_invalidate = False
@@ -93,14 +89,15 @@ class Agent:
     @property
     def sync(self):
         """The primary node's Placement sync."""
-        return self._sync_for(self.nodes.primary_uuid)
+        return self.publisher(self.nodes.primary_uuid).sync
 
-    def _sync_for(self, node_uuid):
+    def publisher(self, node_uuid):
+        """The :class:`NodePublisher` of ``node_uuid`` (made on first use)."""
         with self._mutex:
-            if node_uuid not in self._syncs:
-                self._syncs[node_uuid] = self._make_sync()
-                self._health[node_uuid] = self._make_health()
-            return self._syncs[node_uuid]
+            publisher = self._publishers.get(node_uuid)
+            if publisher is None:
+                publisher = self._publishers[node_uuid] = self._make_publisher(node_uuid)
+            return publisher
 
     def audit(self):
         """Run one audit tick over every node.
@@ -127,7 +124,7 @@ class Agent:
         results, errors = {}, []
         for tracker, snapshot, desired in self._desired(views):
             try:
-                outcome = self._publish(tracker, snapshot, desired)
+                outcome = self.publisher(snapshot.node_uuid).publish(tracker, desired)
             except exception.RtagentError as exc:
                 LOG.warning("Sync of node %s failed: %s", snapshot.node_uuid, exc)
                 errors.append(exc)
@@ -135,9 +132,7 @@ class Agent:
             results[snapshot.node_uuid] = (snapshot, outcome)
         with self._mutex:
             for gone in self.nodes.removed:
-                self._syncs.pop(gone, None)
-                self._health.pop(gone, None)
-                self._healers.pop(gone, None)
+                self._publishers.pop(gone, None)
         if errors:
             raise errors[0]
         primary = results.get(self.nodes.primary_uuid) or next(iter(results.values()))
@@ -160,50 +155,14 @@ class Agent:
             pending = [(t, s, merged[s.node_uuid]) for t, s, _ in pending]
         return pending
 
-    def _publish(self, tracker, snapshot, desired):
-        """Sync one node's tree, then heal its released consumers."""
-        node = snapshot.node_uuid
-        sync = self._sync_for(node)
-        health = self._health[node]
-        if not health.due():
-            # No request now, but the node is still out of sync: say so, so
-            # that health and status never read a skipped tick as a success.
-            status = health.status()
-            raise placement_errors.SyncBackingOff(
-                node=node, retry_in=status.retry_in, last_error=status.last_error
-            )
-        try:
-            outcome = sync.sync(desired)
-            tracker.set_placement_ratios(sync.placement_ratios(node))
-            self._heal(tracker, snapshot, desired)
-            self._check_unknown(node, sync)
-        except placement_errors.PlacementError as exc:
-            health.record_failure(exc)
-            raise
-        health.record_success()
-        return outcome
-
-    def _heal(self, tracker, snapshot, desired):
-        if not snapshot.released or self._client is None:
-            return
-        healer = self._healers.setdefault(
-            snapshot.node_uuid, allocations.AllocationHealer(self._client)
-        )
-        result = healer.heal(
-            snapshot.released,
-            [p.uuid for p in desired],
-            still_released=lambda consumer: consumer in tracker.snapshot().released,
-        )
-        if result.healed:
-            tracker.forget_released(result.healed)
-
     def plan(self):
         """A dry run of one audit: read the host, and for every node the
         desired tree and the operations a sync would send. Reads Placement,
         writes nothing there. :returns: list of (snapshot, desired, ops)."""
         planned = []
         for _tracker, snapshot, desired in self._desired(self.driver.read_nodes()):
-            planned.append((snapshot, desired, self._sync_for(snapshot.node_uuid).plan(desired)))
+            ops = self.publisher(snapshot.node_uuid).sync.plan(desired)
+            planned.append((snapshot, desired, ops))
         return planned
 
     def invalidate_placement_cache(self):
@@ -223,46 +182,13 @@ class Agent:
         with self._mutex:
             invalidate, self._pending_invalidate = self._pending_invalidate, False
             location, self._pending_config_location = self._pending_config_location, None
-            syncs = list(self._syncs.values())
+            publishers = list(self._publishers.values())
         if location is not None and self.provider_configs is not None:
             self.provider_configs.location = location
             self.provider_configs.reload()
         if invalidate:
-            for sync in syncs:
-                sync.invalidate()
-
-    def _check_unknown(self, node, sync):
-        """Report allocations of consumers this agent does not know, when
-        the root's generation moved (allocations change it); a consumer is
-        reported once it is found twice in a row, so an allocation the
-        scheduler makes just before its claim arrives is not reported."""
-        root = sync.view.get(node)
-        if self._client is None or root is None:
-            return
-        with self._mutex:
-            report = self._reports.setdefault(node, allocations.ConsumerReport())
-        previous = self._unknown_seen.get(node, {})
-        # Candidates not yet confirmed are looked at again on the next tick,
-        # even if nothing moved; otherwise only when the generation moves.
-        pending = set(previous) - set(report.unknown)
-        if self._unknown_gen.get(node) == root.generation and not pending:
-            return
-        found = self._unknown_found(node)
-        self._unknown_seen[node] = found
-        self._unknown_gen[node] = root.generation
-        report.update({c: a for c, a in found.items() if c in previous})
-
-    def _unknown_found(self, node_uuid):
-        snap = self.nodes.get(node_uuid).snapshot()
-        known = (
-            {i.uuid for i in snap.instances}
-            | {m.uuid for m in snap.migrations}
-            | {m.instance_uuid for m in snap.migrations}
-            | set(snap.released)
-        )
-        return allocations.unknown_consumers(
-            self._client, self._sync_for(node_uuid).view.generations(), known
-        )
+            for publisher in publishers:
+                publisher.sync.invalidate()
 
     def claim_standalone(self, instance_uuid, flavor, *, project_id, user_id, node_uuid=None, **kw):
         """Claim locally and write the allocation to Placement ourselves
@@ -281,14 +207,23 @@ class Agent:
             **kw,
         )
 
-    def sync_status(self):
-        """node UUID -> sync state (in sync, last success, last error...)."""
+    def _published(self):
+        """(tracker, publisher) of every node that has been published."""
         with self._mutex:
-            healths = list(self._health.items())
-        unknown = self.unknown_consumers()
+            publishers = dict(self._publishers)
+        pairs = []
+        for tracker in self.nodes.trackers():
+            publisher = publishers.get(tracker.node_uuid)
+            if publisher is not None:
+                pairs.append((tracker, publisher))
+        return pairs
+
+    def sync_status(self):
+        """node UUID -> sync state (in sync, last success, last error,
+        unknown consumers, healing backlog)."""
         return {
-            node: dict(health.status().to_dict(), unknown_consumers=sorted(unknown.get(node, {})))
-            for node, health in healths
+            tracker.node_uuid: publisher.status(tracker.snapshot().known_consumers)
+            for tracker, publisher in self._published()
         }
 
     def report_unknown_consumers(self, node_uuid=None):
@@ -296,15 +231,15 @@ class Agent:
         held by consumers this agent does not know; reported (log, status,
         metrics), never deleted. :returns: {consumer: allocations}."""
         node_uuid = node_uuid or self.nodes.primary_uuid
-        with self._mutex:
-            report = self._reports.setdefault(node_uuid, allocations.ConsumerReport())
-        return report.update(self._unknown_found(node_uuid))
+        return self.publisher(node_uuid).report_unknown(self.nodes.get(node_uuid))
 
     def unknown_consumers(self):
-        """node UUID -> {consumer: allocations} as last reported."""
-        with self._mutex:
-            reports = list(self._reports.items())
-        return {node: report.unknown for node, report in reports}
+        """node UUID -> {consumer: allocations} as last reported, less the
+        consumers known since."""
+        return {
+            tracker.node_uuid: publisher.unknown(tracker.snapshot().known_consumers)
+            for tracker, publisher in self._published()
+        }
 
     def close(self):
         """Close the hypervisor connection and the state store."""

@@ -11,9 +11,12 @@ from keystoneauth1 import loading as ks_loading
 from rtagent.agent import Agent
 from rtagent.conf import placement as placement_conf
 from rtagent.placement import provider_config
+from rtagent.placement.allocations import HealBudget
+from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.client import MICROVERSION, PlacementClient
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.sync import ProviderSync
+from rtagent.publisher import NodePublisher
 from rtagent.resources import DISK_GB, MEMORY_MB, VCPU, frozen_map
 from rtagent.tracker import identity
 from rtagent.tracker.ledger import ResourcePolicy
@@ -73,7 +76,10 @@ def placement_adapter(conf):
     )
 
 
-def libvirt_driver(conf):
+def libvirt_driver(conf, observer=None):
+    """The configured :class:`LibvirtDriver`; ``observer`` is a
+    :class:`rtagent.virt.libvirt.calls.CallObserver` told of every libvirt
+    call (tests check none is made under a tracker lock), or None."""
     # Imported here so that tools which never touch the hypervisor (the
     # config generator, unit tests of the core) do not need libvirt.
     from rtagent.virt.libvirt.driver import LibvirtDriver
@@ -86,24 +92,39 @@ def libvirt_driver(conf):
         # libvirt's event loop must be registered before the first open;
         # lifecycle events then call driver.on_change (an early audit).
         events=True,
+        observer=observer,
     )
 
 
-def build_agent(conf, driver=None, adapter=None, observer=None):
+def build_agent(
+    conf, driver=None, adapter=None, observer=None, libvirt_observer=None, make_backoff=None
+):
     """Build an :class:`Agent` from a validated ``conf``.
 
     ``driver`` and ``adapter`` replace the configured ones (tests, demo).
+    ``observer`` sees every Placement request (a ``RequestObserver``),
+    ``libvirt_observer`` every libvirt call of the configured driver (a
+    ``CallObserver``; unused when ``driver`` is given). ``make_backoff``
+    (callable() -> SyncBackoff) replaces each node's sync backoff (tests).
+
+    The command line's ``--accept-empty-state`` (``rtagent run``/``audit``)
+    lets a store that is missing or empty where one existed start empty.
 
     :raises rtagent.tracker.errors.StateError, NodeIdentityError: the state
-        directory or the identity file is unusable.
+        directory or the identity file is unusable, or the store is missing
+        or empty where one existed.
     """
     # Config-like checks first, reported before the state directory is
     # touched: provider config files, then the driver (a bad [compute] CPU set).
     location = conf.compute.provider_config_location
     configs = provider_config.ProviderConfigSource(location, provider_config.load(location))
-    driver = driver or libvirt_driver(conf)
+    driver = driver or libvirt_driver(conf, observer=libvirt_observer)
+    # A conf without the command line (tests, tools) never accepts it.
+    command = conf.command if "command" in conf else None
     try:
-        store = Store(conf.state_path)
+        store = Store(
+            conf.state_path, accept_empty=bool(getattr(command, "accept_empty_state", False))
+        )
     except BaseException:
         driver.close()
         raise
@@ -123,6 +144,17 @@ def build_agent(conf, driver=None, adapter=None, observer=None):
         nodes = NodeSet(store, node_uuid, make_tracker)
         client = PlacementClient(adapter or placement_adapter(conf), observer)
         retry = retry_policy_from_conf(conf)
+        budget = HealBudget(
+            max_consumers=conf.rtagent.heal_max_consumers,
+            max_seconds=conf.rtagent.heal_max_seconds,
+        )
+        new_backoff = make_backoff or SyncBackoff
+
+        def make_publisher(node):
+            return NodePublisher(
+                node, ProviderSync(client, retry), new_backoff(), client, heal_budget=budget
+            )
+
     except BaseException:
         store.close()
         driver.close()
@@ -131,7 +163,7 @@ def build_agent(conf, driver=None, adapter=None, observer=None):
     return Agent(
         driver,
         nodes,
-        lambda: ProviderSync(client, retry),
+        make_publisher,
         store=store,
         client=client,
         provider_configs=configs,

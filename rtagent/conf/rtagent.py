@@ -42,6 +42,23 @@ ALL_OPTS = [
         help="Upper bound in seconds of the first jittered pause between sync "
         "attempts; it doubles with each attempt (capped at 5 s).",
     ),
+    cfg.IntOpt(
+        "heal_max_consumers",
+        default=100,
+        min=1,
+        help="Released consumers (instances that left the node) whose "
+        "Placement allocations one audit tick looks at (one GET each, one "
+        "PUT for each healed). The rest wait for the next tick and are "
+        "reported as the healing backlog.",
+    ),
+    cfg.FloatOpt(
+        "heal_max_seconds",
+        default=10.0,
+        min=0.1,
+        help="Seconds one audit tick may spend healing released consumers; "
+        "it stops before the next consumer once they are spent, so a mass "
+        "delete against a slow Placement never stalls the audit loop.",
+    ),
 ]
 
 

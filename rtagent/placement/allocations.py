@@ -1,8 +1,9 @@
 """Healing allocations this agent can prove dead, and reporting the others.
 
 Healing removes a consumer's allocations from *our* providers only, and
-only for consumers the tracker says left this node (``snapshot.released``:
-aborted, deleted, shelved-offloaded, moved away). It writes with the
+only for consumers the tracker says left this node and are not active on
+it again (``snapshot.healable``: aborted, deleted, shelved-offloaded, moved
+away, and not claimed or moving back since). It writes with the
 consumer's generation (``PUT /allocations/{c}`` with what remains on other
 providers, ``{}`` when nothing does), never ``DELETE``: a concurrent writer
 makes our write fail instead of being undone by it.
@@ -15,12 +16,17 @@ before the claim reaches the tracker. Between two ticks the claim arrives
 (the instance stops being released) or the generation moves (we look again);
 either way the new allocation survives.
 
+Each pass is bounded by a :class:`HealBudget` (consumers and seconds):
+after a mass delete against a slow Placement one tick must not outlast the
+watchdog. What the budget leaves is carried to the next pass and reported.
+
 Allocations of consumers nobody here knows about are reported, never
 touched (:func:`unknown_consumers`, :class:`ConsumerReport`).
 """
 
 import dataclasses
 import logging
+import time
 
 from rtagent.placement import errors
 
@@ -40,12 +46,32 @@ class HealResult:
     :param pending: consumers seen for the first time (or changed since
         last seen), to be healed on a later pass.
     :param conflicts: consumers whose write lost to a concurrent writer.
+    :param deferred: consumers the budget left for a later pass.
     """
 
     healed: frozenset = frozenset()
     removed: dict = dataclasses.field(default_factory=dict)
     pending: frozenset = frozenset()
     conflicts: frozenset = frozenset()
+    deferred: frozenset = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class HealBudget:
+    """How much one healing pass may do.
+
+    :param max_consumers: consumers looked at (one GET each, and one PUT
+        for each one healed).
+    :param max_seconds: wall time; the pass stops before the next consumer
+        once it is spent.
+    """
+
+    max_consumers: int = 100
+    max_seconds: float = 10.0
+
+    def __post_init__(self):
+        if self.max_consumers < 1 or self.max_seconds <= 0:
+            raise ValueError(f"invalid healing budget {self}")
 
 
 class AllocationHealer:
@@ -53,17 +79,25 @@ class AllocationHealer:
 
     Holds, between passes, the consumer generation last seen per released
     consumer. Not thread-safe: one pass at a time (the audit thread).
+
+    :param budget: a :class:`HealBudget` per pass.
+    :param clock: monotonic seconds (injected by tests).
     """
 
-    def __init__(self, client):
+    def __init__(self, client, budget=None, clock=time.monotonic):
         self._client = client
+        self._budget = budget or HealBudget()
+        self._clock = clock
         self._seen = {}
 
     def heal(self, released, providers, still_released=None):
-        """One pass over ``released`` consumers.
+        """One pass over ``released`` consumers, within the budget.
 
         Costs nothing when ``released`` is empty; otherwise one GET per
-        consumer and one PUT per consumer healed.
+        consumer looked at and one PUT per consumer healed. Consumers seen
+        on an earlier pass come first (they are the ones a write may heal
+        now), then the others in UUID order; what the budget leaves is
+        ``deferred``.
 
         :param released: consumer UUIDs the tracker says left the node.
         :param providers: UUIDs of the providers this agent owns.
@@ -75,7 +109,13 @@ class AllocationHealer:
         released = frozenset(released)
         self._seen = {c: g for c, g in self._seen.items() if c in released}
         healed, pending, conflicts, removed = set(), set(), set(), {}
-        for consumer in sorted(released):
+        order = sorted(released, key=lambda c: (c not in self._seen, c))
+        deadline = self._clock() + self._budget.max_seconds
+        deferred = frozenset()
+        for index, consumer in enumerate(order):
+            if index >= self._budget.max_consumers or self._clock() >= deadline:
+                deferred = frozenset(order[index:])
+                break
             body = self._client.get_allocations(consumer)
             allocs = body.get("allocations") or {}
             ours = {rp: dict(a["resources"]) for rp, a in allocs.items() if rp in providers}
@@ -115,11 +155,20 @@ class AllocationHealer:
                 ", ".join(sorted(ours)),
                 ours,
             )
+        if deferred:
+            LOG.info(
+                "Healing pass stopped at its budget (%d consumers, %.0f s): %d released "
+                "consumer(s) left for the next pass",
+                self._budget.max_consumers,
+                self._budget.max_seconds,
+                len(deferred),
+            )
         return HealResult(
             healed=frozenset(healed),
             removed=removed,
             pending=frozenset(pending),
             conflicts=frozenset(conflicts),
+            deferred=deferred,
         )
 
 
@@ -155,6 +204,15 @@ class ConsumerReport:
     def unknown(self):
         """{consumer: {provider: {class: amount}}} from the last update."""
         return dict(self._unknown)
+
+    def forget(self, known):
+        """Drop consumers that became known (their claim or move arrived
+        after they were reported)."""
+        cleared = sorted(set(self._unknown) & set(known))
+        for consumer in cleared:
+            LOG.info("Consumer %s is known to this agent now: no longer reported", consumer)
+        if cleared:
+            self._unknown = {c: a for c, a in self._unknown.items() if c not in known}
 
     def update(self, found):
         """Adopt ``found`` (from :func:`unknown_consumers`); log new ones."""

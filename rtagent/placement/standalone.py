@@ -75,37 +75,49 @@ def claim_standalone(
     """Claim locally, then write the allocation to Placement.
 
     ``tracker`` is the node's :class:`rtagent.tracker.tracker.Tracker`; the
-    Placement write happens after its lock is released.
+    Placement write happens after its lock is released. While it is in
+    flight the claim is *pending*: any other call on the instance (a second
+    standalone claim, a plain claim, an abort) gets the retriable
+    ``ClaimPending`` instead of a claim that this call might still roll
+    back. So "granted" is only ever said of a claim nobody will undo.
 
-    On a refusal the claim is aborted and forgotten (nothing of ours is in
-    Placement). When Placement cannot be reached the claim is aborted but
-    stays *released*: if the write landed after all, healing removes it.
+    On a refusal the claim this call created is removed and forgotten
+    (nothing of ours is in Placement). When Placement cannot be reached it
+    is removed but stays *released*: if the write landed after all, healing
+    removes it. A claim this call found already held is never undone.
 
     :returns: the tracker's Claim.
     :raises ComputeResourcesUnavailable etc.: the local claim failed.
+    :raises ClaimPending: another standalone claim of the instance is in flight.
     :raises AllocationRefused, PlacementUnavailable: rolled back.
     """
-    claim = tracker.instance_claim(instance_uuid, flavor, project_id=project_id, **claim_kwargs)
+    claim = tracker.instance_claim(
+        instance_uuid, flavor, project_id=project_id, pending=True, **claim_kwargs
+    )
     try:
         write_allocations(
             client,
-            instance_uuid,
+            claim.instance_uuid,
             {claim.node_uuid: dict(claim.resources)},
             project_id=project_id or "",
             user_id=user_id,
             consumer_type=consumer_type,
         )
     except errors.AllocationRefused:
-        # Undo only a claim this call created: a retried call that found the
-        # claim already held must not free capacity someone relies on.
-        if claim.created:
-            tracker.abort_instance_claim(instance_uuid)
-            tracker.forget_released([instance_uuid])
-            LOG.info("Rolled back the claim of %s: Placement refused it", instance_uuid)
+        if claim.token is not None:
+            tracker.roll_back_pending(claim.instance_uuid, claim.token, forget=True)
+            LOG.info("Rolled back the claim of %s: Placement refused it", claim.instance_uuid)
         raise
-    except errors.PlacementError:
-        if claim.created:
-            tracker.abort_instance_claim(instance_uuid)
-            LOG.info("Rolled back the claim of %s: Placement unreachable", instance_uuid)
+    except BaseException:
+        # Placement unreachable, or anything unexpected: the write may have
+        # landed, so the claim is released (healing checks Placement).
+        if claim.token is not None:
+            tracker.roll_back_pending(claim.instance_uuid, claim.token)
+            LOG.info(
+                "Rolled back the claim of %s: its Placement write has no known outcome",
+                claim.instance_uuid,
+            )
         raise
+    if claim.token is not None:
+        tracker.settle_pending(claim.instance_uuid, claim.token)
     return claim

@@ -47,6 +47,7 @@ RETRIABLE = frozenset(
         tracker_errors.NodeNotReady.code,
         tracker_errors.HostUnavailable.code,
         tracker_errors.StateError.code,
+        tracker_errors.ClaimPending.code,
         placement_errors.PlacementUnavailable.code,
     }
 )

@@ -15,7 +15,9 @@ def claim_instance(state, ctx, instance, limits=None, assigned_request=None):
     :raises ComputeResourcesUnavailable: it does not fit.
     :raises InstanceClaimConflict: the instance holds different resources,
         or is in a move on this node.
+    :raises ClaimPending: a standalone claim of the instance is in flight.
     """
+    state.check_not_pending(instance.uuid)
     existing = state.instances.get(instance.uuid)
     if existing is not None:
         if dict(existing.resources) == dict(instance.resources):
@@ -42,9 +44,15 @@ def claim_instance(state, ctx, instance, limits=None, assigned_request=None):
     return state.with_instance(instance.replace(assigned=frozen_map(chosen)))
 
 
-def remove_instance(state, instance_uuid):
-    """``state`` without the instance and without its moves on this node."""
-    state = state.without_instance(instance_uuid)
+def remove_instance(state, instance_uuid, token=None):
+    """``state`` without the instance and without its moves on this node.
+
+    :param token: the pending token of the standalone claim being rolled
+        back, when that is what removes it.
+    :raises ClaimPending: someone else's standalone claim is in flight.
+    """
+    state.check_not_pending(instance_uuid, token)
+    state = state.without_instance(instance_uuid).without_pending(instance_uuid)
     return state.without_migrations(m.uuid for m in state.migrations_of(instance_uuid))
 
 
@@ -55,7 +63,9 @@ def update_instance(state, instance_uuid, vm_state=None, task_state=None, set_ta
     :param set_task: True to set ``task_state`` even to None (nova clears
         task_state by setting it to None).
     :raises InstanceNotFound: the instance is not on this node.
+    :raises ClaimPending: a standalone claim of the instance is in flight.
     """
+    state.check_not_pending(instance_uuid)
     instance = state.instances.get(instance_uuid)
     if instance is None:
         raise errors.InstanceNotFound(instance_uuid=instance_uuid, node=state.node_uuid)

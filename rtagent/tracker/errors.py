@@ -76,3 +76,21 @@ class NodeIdentityError(TrackerError):
 
     code = "tracker.node_identity_error"
     msg_fmt = "Node identity {path}: {reason}"
+
+
+class ClaimPending(TrackerError):
+    """A standalone claim of the instance is writing its allocation to
+    Placement; other calls on the instance wait until it is settled."""
+
+    code = "tracker.claim_pending"
+    msg_fmt = (
+        "Instance {instance_uuid} on node {node} has a standalone claim whose "
+        "Placement write is in flight; retry shortly."
+    )
+
+
+class MoveConflict(TrackerError):
+    """A move was started again with other details than those recorded."""
+
+    code = "tracker.move_conflict"
+    msg_fmt = "Move {migration_uuid} is already recorded differently: {reason}. Nothing changed."

@@ -195,12 +195,15 @@ class Claim:
 
     ``created`` is False when the call found the same claim already held
     (a retry): whoever rolls back must only undo what it created.
+    ``token`` identifies a pending standalone claim this call created
+    (see ``Tracker.instance_claim(pending=True)``), else None.
     """
 
     instance_uuid: str
     node_uuid: str
     resources: types.MappingProxyType
     created: bool = True
+    token: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,6 +229,12 @@ class NodeSnapshot:
     :param released: UUIDs of instances that left this node and whose
         allocations on its providers may be healed (removed).
     :param disabled: why the node is disabled, or None when enabled.
+    :param known_consumers: every consumer the node accounts for (see
+        ``NodeState.known_consumers``): anything else holding allocations on
+        our providers is unknown.
+    :param healable: released consumers not active here again: the only
+        ones healing may remove.
+    :param pending: instances whose standalone claim is being written.
     """
 
     node_uuid: str
@@ -246,6 +255,9 @@ class NodeSnapshot:
     )
     released: frozenset = frozenset()
     disabled: str | None = None
+    known_consumers: frozenset = frozenset()
+    healable: frozenset = frozenset()
+    pending: frozenset = frozenset()
 
     @property
     def hypervisor_hostname(self):

@@ -25,12 +25,21 @@ from rtagent.tracker.state import ensure_fits
 def start_move(state, ctx, migration, limits=None, assigned_request=None):
     """``state`` with ``migration`` recorded (and claimed where needed).
 
+    What the node will hold is fit-checked exactly: where the instance lives
+    here (the source, or a same-node resize) its old flavor is the tracked
+    one, and a request that says otherwise is refused, so an inflated
+    ``old_flavor`` can never make the node hold more than was checked.
+
     A newer move of the same instance supersedes older ones on this node:
     they no longer match the instance's move and are dropped (nova marks
-    them as error).
+    them as error). An incoming move makes the instance active here again:
+    it is no longer released, so healing leaves its allocations alone.
 
-    :raises InvalidClaimRequest: unknown type, or the move does not
-        involve this node, or the instance is not where the move says.
+    :raises InvalidClaimRequest: unknown type, the move does not involve
+        this node, the instance is not where the move says, or the old
+        flavor is not the one tracked.
+    :raises MoveConflict: the migration UUID is recorded with other details.
+    :raises ClaimPending: a standalone claim of the instance is in flight.
     :raises ComputeResourcesUnavailable: the destination cannot fit it.
     """
     node = state.node_uuid
@@ -40,8 +49,10 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None):
         raise errors.InvalidClaimRequest(
             reason=f"move {migration.uuid} does not involve node {node}"
         )
+    state.check_not_pending(migration.instance_uuid)
     existing = state.migrations.get(migration.uuid)
     if existing is not None:
+        _check_same_move(existing, migration)
         return state  # a retry of the same start
     here = state.instances.get(migration.instance_uuid)
     stale = [m.uuid for m in state.migrations_of(migration.instance_uuid)]
@@ -51,7 +62,18 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None):
             raise errors.InvalidClaimRequest(
                 reason=f"instance {migration.instance_uuid} is not on source node {node}"
             )
-        migration = migration.replace(old_assigned=here.assigned, project_id=here.project_id)
+        if dict(migration.old_resources) != dict(here.resources):
+            raise errors.InvalidClaimRequest(
+                reason=f"old_flavor of move {migration.uuid} asks for "
+                f"{dict(migration.old_resources)} but instance {here.uuid} holds "
+                f"{dict(here.resources)} on node {node}"
+            )
+        migration = migration.replace(
+            old_flavor=here.flavor,
+            old_resources=here.resources,
+            old_assigned=here.assigned,
+            project_id=here.project_id,
+        )
     if migration.dest_node == node:
         if here is not None and not migration.same_node:
             raise errors.InvalidClaimRequest(
@@ -69,7 +91,33 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None):
             assigned_request=assigned_request,
         )
         migration = migration.replace(new_assigned=frozen_map(chosen))
+        state = state.forget_released([migration.instance_uuid])
     return state.with_migration(migration)
+
+
+def _check_same_move(existing, requested):
+    """A repeated start must describe the recorded move exactly.
+
+    :raises MoveConflict: it does not.
+    """
+    differences = [
+        name
+        for name, a, b in (
+            ("instance_uuid", existing.instance_uuid, requested.instance_uuid),
+            ("migration_type", existing.migration_type, requested.migration_type),
+            ("source_node", existing.source_node, requested.source_node),
+            ("dest_node", existing.dest_node, requested.dest_node),
+            ("old_flavor", dict(existing.old_resources), dict(requested.old_resources)),
+            ("new_flavor", existing.new_flavor, requested.new_flavor),
+            ("new_flavor", dict(existing.new_resources), dict(requested.new_resources)),
+        )
+        if a != b
+    ]
+    if differences:
+        raise errors.MoveConflict(
+            migration_uuid=existing.uuid,
+            reason="different " + ", ".join(sorted(set(differences))),
+        )
 
 
 def finish_move(state, migration_uuid):

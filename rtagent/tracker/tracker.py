@@ -1,20 +1,24 @@
 """The tracker: the only writer of a node's accounting.
 
-One fair (FIFO) lock from oslo.concurrency guards the in-memory state and
-the durable write that acknowledges a change. Nothing under the lock talks
-to the network or the hypervisor: callers read the host before calling
-:meth:`Tracker.update_host` and push to Placement after it returns, from the
-snapshot it hands back. A claim therefore waits at most for in-memory
-accounting and one local commit, however slow Placement or libvirt are.
+One fair (FIFO) lock from oslo.concurrency serialises the writers: it guards
+computing the next state and the durable write that acknowledges it.
+Nothing under the lock talks to the network or the hypervisor: callers read
+the host before calling :meth:`Tracker.update_host` and push to Placement
+after it returns. A claim therefore waits at most for in-memory accounting
+and one local commit, however slow Placement or libvirt are.
 
 Every operation computes a new :class:`~rtagent.tracker.state.NodeState`
 purely (:mod:`.claims`, :mod:`.moves`), writes the difference in one store
-transaction, and only then adopts it.
+transaction, and only then adopts it by swapping one reference. Readers
+(status, metrics, health, healing) take that reference without the lock:
+the value is immutable, so a reader never waits behind a writer and never
+sees half an operation. The :class:`NodeSnapshot` handed out is built from
+it once per state, on first read.
 """
 
 import collections
 import contextlib
-import json
+import itertools
 import logging
 import time
 
@@ -25,7 +29,6 @@ from rtagent.tracker import (
     assigned,
     claims,
     drift,
-    errors,
     ledger,
     moves,
     requests,
@@ -33,7 +36,7 @@ from rtagent.tracker import (
     view,
 )
 from rtagent.tracker.model import Claim, NodeSnapshot, check_uuid
-from rtagent.tracker.state import FitContext, NodeState, changes
+from rtagent.tracker.state import NodeState, changes, fit_context
 
 LOG = logging.getLogger(__name__)
 
@@ -66,28 +69,22 @@ class Tracker:
     ):
         self.node_uuid = node_uuid
         self._store = store
-        self._policy = policy
         self._count_untracked = count_untracked
         self._missing_grace = missing_grace
         self._clock = clock
         # A private FairLocks registry: trackers in one process (tests, and
-        # later several nodes per agent) never share a lock by name.
+        # several nodes per agent) never share a lock by name.
         self._lock = lockutils.FairLocks().get(f"tracker-{node_uuid}")
-        self._host = None
-        self._unavailable = None
-        self._drift = drift.Drift()
-        self._offered = {}
-        self._failed_builds = 0
         self._recent = collections.deque(maxlen=RECENT_OPERATIONS)
         self._op_seq = 0
-        # Remembered across restarts: an agent restarted while Placement is
-        # down must not fall back to the initial ratios and oversubscribe.
-        self._ratios_key = f"placement_ratios:{node_uuid}"
-        self._placement_ratios = json.loads(store.get_meta(self._ratios_key) or "{}")
-        self._inventories = {}
-        self._state = NodeState.restore(store, node_uuid)
-        self._disabled_key = f"disabled:{node_uuid}"
-        self._disabled = store.get_meta(self._disabled_key)
+        self._tokens = itertools.count(1)
+        # The adopted state: replaced (never mutated) by writers under the
+        # lock, read by reference by anyone.
+        self._state = NodeState.restore(store, node_uuid, policy)
+        # (state, snapshot) of the last snapshot built; readers rebuild it
+        # only when the state moved. Two readers racing build it twice, and
+        # the tuple is swapped whole, so neither sees a torn pair.
+        self._published = (None, None)
         LOG.info(
             "Tracker for node %s restored %d instance(s) and %d move(s)",
             node_uuid,
@@ -95,7 +92,7 @@ class Tracker:
             len(self._state.migrations),
         )
 
-    # -- locking ---------------------------------------------------------
+    # -- locking and commits -----------------------------------------------
 
     @contextlib.contextmanager
     def _locked(self, operation, key=None):
@@ -115,34 +112,48 @@ class Tracker:
             return list(self._recent)
 
     def _commit(self, new_state):
-        """Persist what changed, then adopt ``new_state``. Lock held."""
+        """Persist what changed, then adopt ``new_state``. Lock held.
+
+        :raises StateError: the write failed; the old state stays.
+        """
         delta = changes(self._state, new_state)
         if delta:
             self._store.apply(self.node_uuid, delta)
         self._state = new_state
 
+    def _update(self, operation, key, transition):
+        """Apply ``transition(state) -> state`` under the lock and commit it.
+
+        :returns: the adopted state.
+        """
+        with self._locked(operation, key):
+            self._commit(transition(self._state))
+            return self._state
+
     # -- host, policy, ratios ----------------------------------------------
 
     @property
     def policy(self):
-        return self._policy
+        return self._state.policy
 
     def update_host(self, host):
         """Record a fresh host reading and return the resulting snapshot."""
-        with self._locked("update_host"):
-            first = self._host is None
-            self._host = host
-            self._unavailable = None
-            self._drift = drift.compare(
+
+        def read(state):
+            moving = {m.instance_uuid for m in state.migrations.values()}
+            found = drift.compare(
                 host.domains,
-                self._state.instances,
-                {m.instance_uuid for m in self._state.migrations.values()},
-                previous=self._drift,
+                state.instances,
+                moving,
+                previous=state.drift,
                 now=self._clock(),
                 grace=self._missing_grace,
             )
-            self._recompute_inventories()
-            snap = self._snapshot()
+            return state.with_inputs(host=host, unavailable=None, drift=found)
+
+        first = self._state.host is None
+        self._update("update_host", None, read)
+        snap = self.snapshot()
         if first:
             for message in drift.restart_report(snap, self._count_untracked):
                 LOG.warning("Node %s: %s", snap.node_uuid, message)
@@ -150,8 +161,7 @@ class Tracker:
 
     def mark_host_unavailable(self, reason):
         """The hypervisor cannot be read: refuse claims until it can."""
-        with self._locked("host_unavailable"):
-            self._unavailable = str(reason)
+        self._update("host_unavailable", None, lambda state: state.replace(unavailable=str(reason)))
 
     def set_placement_ratios(self, ratios):
         """Record the allocation ratios Placement holds for this node.
@@ -162,43 +172,21 @@ class Tracker:
 
         :raises StateError: the durable write failed; nothing changed.
         """
-        ratios = dict(ratios)
-        with self._locked("set_placement_ratios"):
-            if ratios != self._placement_ratios:
-                self._store.set_meta(self._ratios_key, json.dumps(ratios, sort_keys=True))
-                self._placement_ratios = ratios
-                self._recompute_inventories()
+        ratios = frozen_map(ratios)
+        if dict(ratios) == dict(self._state.placement_ratios):
+            return  # the steady state: no lock, no write
+        self._update(
+            "set_placement_ratios", None, lambda state: state.with_inputs(placement_ratios=ratios)
+        )
 
     def set_policy(self, policy):
         """Apply new reserved amounts / ratios (config reload)."""
-        with self._locked("set_policy"):
-            self._policy = policy
-            self._recompute_inventories()
+        self._update("set_policy", None, lambda state: state.with_inputs(policy=policy))
 
     def set_offered_resources(self, offered):
         """Resource class -> identifiers the node offers (assigned resources)."""
-        with self._locked("set_offered_resources"):
-            self._offered = {rc: tuple(sorted(ids)) for rc, ids in offered.items()}
-
-    def _recompute_inventories(self):
-        if self._host is not None:
-            self._inventories = ledger.inventories(self._host, self._policy, self._placement_ratios)
-
-    def _context(self):
-        """What claims are checked against now. Lock held.
-
-        :raises NodeNotReady, HostUnavailable: claims cannot be checked.
-        """
-        if self._host is None:
-            raise errors.NodeNotReady(node=self.node_uuid)
-        if self._unavailable is not None:
-            raise errors.HostUnavailable(node=self.node_uuid, reason=self._unavailable)
-        extra = tuple(self._drift.untracked_usage()) if self._count_untracked else ()
-        return FitContext(
-            inventories=frozen_map(self._inventories),
-            extra_usage=extra,
-            offered=frozen_map(self._offered),
-        )
+        offered = frozen_map({rc: tuple(sorted(ids)) for rc, ids in offered.items()})
+        self._update("set_offered_resources", None, lambda state: state.replace(offered=offered))
 
     # -- instance claims -------------------------------------------------
 
@@ -211,6 +199,7 @@ class Tracker:
         volume_backed=False,
         project_id="",
         assigned=None,
+        pending=False,
     ):
         """Claim ``flavor``'s resources for an instance; durable on return.
 
@@ -220,31 +209,77 @@ class Tracker:
         :param limits: nova's scheduler limits dict, or None.
         :param assigned: {resource class: count} of units claimed by
             identifier (see :mod:`.assigned`).
+        :param pending: a standalone claim about to write its allocation:
+            a claim this call creates stays *pending*, and other calls on
+            the instance get :class:`ClaimPending`, until the caller passes
+            the returned ``Claim.token`` to :meth:`settle_pending` or
+            :meth:`roll_back_pending`.
         :raises InvalidClaimRequest: malformed UUID, flavor or limits.
         :raises NodeNotReady, HostUnavailable: claims cannot be checked now.
         :raises ComputeResourcesUnavailable: it does not fit; nothing changed.
         :raises InstanceClaimConflict: the instance holds a different claim.
+        :raises ClaimPending: a standalone claim of the instance is in flight.
         :raises StateError: the durable write failed; nothing changed.
         """
         instance = requests.instance(
             instance_uuid, flavor, volume_backed=volume_backed, project_id=project_id
         )
         checked_limits = ledger.check_limits(limits)
+        token = next(self._tokens) if pending else None
+
+        def claim(state):
+            ctx = fit_context(state, self._count_untracked)
+            new = claims.claim_instance(state, ctx, instance, checked_limits, assigned)
+            if new is not state and token is not None:
+                new = new.with_pending(instance.uuid, token)
+            return new
+
         with self._locked("instance_claim", instance.uuid):
-            new = claims.claim_instance(
-                self._state, self._context(), instance, checked_limits, assigned
-            )
-            created = new is not self._state
-            self._commit(new)
+            before = self._state
+            self._commit(claim(before))
+            created = self._state is not before
             held = self._state.instances[instance.uuid]
         if created:
             LOG.info("Claimed %s for instance %s", dict(held.resources), held.uuid)
-        return Claim(held.uuid, self.node_uuid, held.resources, created)
+        return Claim(held.uuid, self.node_uuid, held.resources, created, token if created else None)
+
+    def settle_pending(self, instance_uuid, token):
+        """The standalone claim's allocation is in Placement: the claim is an
+        ordinary claim now. A token that is not pending changes nothing."""
+
+        def settle(state):
+            if state.pending.get(instance_uuid) != token:
+                return state
+            return state.without_pending(instance_uuid)
+
+        self._update("settle_pending", instance_uuid, settle)
+
+    def roll_back_pending(self, instance_uuid, token, *, forget=False):
+        """Undo the standalone claim that returned ``token``, and nothing
+        else: a claim that is not (or no longer) that pending claim stays.
+
+        :param forget: also forget it as released (Placement holds nothing
+            of it, so healing has nothing to do).
+        :returns: True if the claim was removed.
+        """
+
+        def roll_back(state):
+            if state.pending.get(instance_uuid) != token:
+                return state
+            state = claims.remove_instance(state, instance_uuid, token)
+            return state.forget_released([instance_uuid]) if forget else state
+
+        before = self._state
+        removed = self._update("roll_back_pending", instance_uuid, roll_back) is not before
+        if removed:
+            LOG.info("Rolled back the standalone claim of instance %s", instance_uuid)
+        return removed
 
     def abort_instance_claim(self, instance_uuid):
         """Release an instance's claim. Returns False if there was none.
 
         :raises InvalidClaimRequest: malformed UUID.
+        :raises ClaimPending: a standalone claim of the instance is in flight.
         :raises StateError: the durable write failed; nothing changed.
         """
         instance_uuid = check_uuid(instance_uuid)
@@ -260,21 +295,25 @@ class Tracker:
         release the instance's usage on this node.
 
         :raises InstanceNotFound: not tracked on this node.
+        :raises ClaimPending: a standalone claim of the instance is in flight.
         """
         instance_uuid = check_uuid(instance_uuid)
-        with self._locked("update_instance", instance_uuid):
-            self._commit(
-                claims.update_instance(self._state, instance_uuid, vm_state, task_state, set_task)
-            )
+        self._update(
+            "update_instance",
+            instance_uuid,
+            lambda state: claims.update_instance(
+                state, instance_uuid, vm_state, task_state, set_task
+            ),
+        )
 
     def build_failed(self):
         """A build on this node failed (nova's failed_builds stat)."""
-        with self._locked("build_failed"):
-            self._failed_builds += 1
+        self._update(
+            "build_failed", None, lambda state: state.replace(failed_builds=state.failed_builds + 1)
+        )
 
     def build_succeeded(self):
-        with self._locked("build_succeeded"):
-            self._failed_builds = 0
+        self._update("build_succeeded", None, lambda state: state.replace(failed_builds=0))
 
     # -- moves -----------------------------------------------------------
 
@@ -282,20 +321,26 @@ class Tracker:
         """Record a move involving this node; at the destination, claim it.
 
         The move is described as :func:`rtagent.tracker.requests.migration`
-        takes it (``new_flavor`` defaults to ``old_flavor``). Repeating a
-        start is harmless.
+        takes it (``new_flavor`` defaults to ``old_flavor``). Repeating the
+        same start is harmless; see :func:`.moves.start_move` for what is
+        checked.
 
-        :raises InvalidClaimRequest: malformed input, or the move does not
-            involve this node.
+        :raises InvalidClaimRequest: malformed input, the move does not
+            involve this node, or its old flavor is not the tracked one.
+        :raises MoveConflict: the migration is recorded with other details.
         :raises ComputeResourcesUnavailable: the destination cannot fit it.
         :raises StateError: the durable write failed; nothing changed.
         """
         migration = requests.migration(*args, **request)
         checked_limits = ledger.check_limits(limits)
-        with self._locked("start_move", migration.uuid):
-            ctx = self._context() if migration.dest_node == self.node_uuid else None
-            new = moves.start_move(self._state, ctx, migration, checked_limits, assigned)
-            self._commit(new)
+
+        def start(state):
+            ctx = None
+            if migration.dest_node == self.node_uuid:
+                ctx = fit_context(state, self._count_untracked)
+            return moves.start_move(state, ctx, migration, checked_limits, assigned)
+
+        self._update("start_move", migration.uuid, start)
         LOG.info("Move recorded: %s", migration.describe())
         return True
 
@@ -350,50 +395,57 @@ class Tracker:
         Persisted: a restart keeps the node as it was. Placement shows it as
         the COMPUTE_STATUS_DISABLED trait, which nova's scheduler filters on.
         """
-        with self._locked("set_disabled"):
-            if reason is None:
-                if self._disabled is not None:
-                    self._store.delete_meta(self._disabled_key)
-            else:
-                self._store.set_meta(self._disabled_key, str(reason) or "disabled")
-            self._disabled = None if reason is None else (str(reason) or "disabled")
+        disabled = None if reason is None else (str(reason) or "disabled")
+        self._update("set_disabled", None, lambda state: state.replace(disabled=disabled))
 
     def forget_released(self, instance_uuids):
         """Healing is done for these released consumers: stop tracking them."""
-        with self._locked("forget_released"):
-            self._commit(self._state.forget_released(instance_uuids))
+        uuids = frozenset(instance_uuids)
+        self._update("forget_released", None, lambda state: state.forget_released(uuids))
 
-    # -- readers -----------------------------------------------------------
+    # -- readers (no lock) ---------------------------------------------------
 
     def snapshot(self):
-        """A consistent, immutable copy of the node's state."""
-        with self._lock.write_lock():
-            return self._snapshot()
+        """A consistent, immutable copy of the node's state.
+
+        Never waits for the tracker lock: it reads the last adopted state.
+        """
+        state = self._state
+        published_state, snap = self._published
+        if published_state is state:
+            return snap
+        snap = _snapshot_of(state, self._count_untracked)
+        self._published = (state, snap)
+        return snap
 
     def compute_node_view(self, host_ip):
         """The compute-node dict a Nova scheduler reads (see :mod:`.view`)."""
         return view.compute_node(self.snapshot(), host_ip)
 
-    def _snapshot(self):
-        state = self._state
-        instances = tuple(state.instances[u] for u in sorted(state.instances))
-        held = state.held()
-        extra = self._drift.untracked_usage() if self._count_untracked else ()
-        return NodeSnapshot(
-            node_uuid=self.node_uuid,
-            host=self._host,
-            inventories=frozen_map(self._inventories),
-            usage=frozen_map(ledger.usage(held, extra)),
-            instances=instances,
-            policy=self._policy,
-            migrations=tuple(state.migrations[u] for u in sorted(state.migrations)),
-            stats=frozen_map(stats.stats(instances, self._failed_builds)),
-            drift=self._drift,
-            assigned_missing=frozen_map(assigned.missing(self._offered, held))
-            if self._offered
-            else frozen_map({}),
-            unavailable=self._unavailable,
-            untracked_usage=frozen_map(ledger.usage([], extra)),
-            released=state.released,
-            disabled=self._disabled,
-        )
+
+def _snapshot_of(state, count_untracked):
+    """The :class:`NodeSnapshot` of ``state`` (pure)."""
+    instances = tuple(state.instances[u] for u in sorted(state.instances))
+    held = state.held()
+    extra = state.drift.untracked_usage() if count_untracked else ()
+    return NodeSnapshot(
+        node_uuid=state.node_uuid,
+        host=state.host,
+        inventories=state.inventories,
+        usage=frozen_map(ledger.usage(held, extra)),
+        instances=instances,
+        policy=state.policy,
+        migrations=tuple(state.migrations[u] for u in sorted(state.migrations)),
+        stats=frozen_map(stats.stats(instances, state.failed_builds)),
+        drift=state.drift,
+        assigned_missing=frozen_map(assigned.missing(state.offered, held))
+        if state.offered
+        else frozen_map({}),
+        unavailable=state.unavailable,
+        untracked_usage=frozen_map(ledger.usage([], extra)),
+        released=state.released,
+        disabled=state.disabled,
+        known_consumers=state.known_consumers(),
+        healable=state.healable(),
+        pending=frozenset(state.pending),
+    )

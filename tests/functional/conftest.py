@@ -8,8 +8,8 @@ import pytest
 
 from rtagent import conf as rtconf
 from rtagent import service
+from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.client import RequestObserver
-from rtagent.placement.health import SyncHealth
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -97,15 +97,17 @@ def make_agent(placement, make_conf):
     """Build agents the way the service does, against the fixture.
 
     Their sync retries on the very next audit after a failure (no backoff),
-    unless a test about backoff passes its own ``make_health``.
+    unless a test about backoff passes its own ``make_backoff``.
     """
     agents = []
 
-    def make(conf=None, observer=None, make_health=None):
+    def make(conf=None, observer=None, make_backoff=None):
         agent = service.build_agent(
-            conf or make_conf(), adapter=make_adapter(placement.endpoint), observer=observer
+            conf or make_conf(),
+            adapter=make_adapter(placement.endpoint),
+            observer=observer,
+            make_backoff=make_backoff or (lambda: SyncBackoff(base_delay=0, max_delay=0)),
         )
-        agent._make_health = make_health or (lambda: SyncHealth(base_delay=0, max_delay=0))
         agents.append(agent)
         return agent
 

@@ -137,9 +137,10 @@ def test_name_taken_by_another_provider_is_a_clear_error(make_agent, operator):
         agent.audit()
 
 
-def test_endless_conflicts_exhaust_the_policy_with_a_typed_error(make_agent, operator):
+def test_endless_conflicts_exhaust_the_policy_with_a_typed_error(make_agent, make_conf, operator):
     recorder = Recorder()
-    agent = make_agent(observer=recorder)
+    # No pause between attempts: the policy's pauses are tested on their own.
+    agent = make_agent(make_conf(rtagent__sync_retry_delay=0.0), observer=recorder)
     node = agent.tracker.node_uuid
     agent.audit()
     operator.put("/traits/CUSTOM_NOISE")
@@ -164,7 +165,6 @@ def test_endless_conflicts_exhaust_the_policy_with_a_typed_error(make_agent, ope
         json={"resource_provider_generation": body["resource_provider_generation"], "traits": []},
     )
     recorder.hook = interfere
-    agent.sync._sleep = lambda s: None
     with pytest.raises(errors.SyncConflictsExhausted):
         agent.audit()
     assert len(flips) == 4  # sync_max_attempts

@@ -9,8 +9,10 @@ from rtagent.virt.host import HostView
 HOST = HostView("node1", "QEMU", 8002000, vcpus=4, memory_mb=4096, local_gb=100)
 
 
-def make_tracker(state_path, policy=None):
-    """A tracker over a real store in ``state_path`` (reopened if it exists)."""
+def make_tracker(state_path, policy=None, **kwargs):
+    """A tracker over a real store in ``state_path`` (reopened if it exists);
+    ``kwargs`` go to the Tracker."""
     store = Store(str(state_path))
     node_uuid = identity.load_or_create(str(state_path), store)
-    return Tracker(node_uuid, store, policy or ResourcePolicy(reserved_host_memory_mb=0)), store
+    policy = policy or ResourcePolicy(reserved_host_memory_mb=0)
+    return Tracker(node_uuid, store, policy, **kwargs), store

@@ -194,8 +194,7 @@ def test_untracked_running_domains_count_as_used_by_default(tmp_path):
         tracker.instance_claim(str(uuid.uuid4()), Flavor(4, 64))  # 16 - 13 < 4
     store.close()
 
-    counted_out, store2 = make_tracker(tmp_path)
-    counted_out._count_untracked = False
+    counted_out, store2 = make_tracker(tmp_path, count_untracked=False)
     counted_out.update_host(host)
     counted_out.instance_claim(str(uuid.uuid4()), Flavor(4, 64))
     store2.close()

@@ -9,7 +9,7 @@ import pytest
 import wsgi_intercept
 
 from rtagent.placement import errors
-from rtagent.placement.health import SyncHealth
+from rtagent.placement.backoff import SyncBackoff
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import Recorder
 from tests.functional.placement.conftest import get
@@ -48,20 +48,13 @@ def test_outage_backoff_then_convergence(make_agent, placement, operator):
     clock = Clock()
     agent = make_agent(
         observer=recorder,
-        make_health=lambda: SyncHealth(
+        make_backoff=lambda: SyncBackoff(
             base_delay=10, max_delay=60, clock=clock, wall=clock, rng=lambda: 1.0
         ),
     )
     root = agent.tracker.node_uuid
 
-    class Health:
-        """The agent's own sync health of the root node."""
-
-        @staticmethod
-        def status():
-            return agent._health[root].status()
-
-    health = Health()
+    health = agent.publisher(root).backoff
 
     def tick():
         """One audit of the agent: synced, failed, or skipped (backing off)."""

@@ -1,7 +1,7 @@
-"""The sync's state for operators, and backoff while Placement is failing.
+"""The sync's state for operators, and its backoff while Placement is failing.
 
 Claims never depend on Placement; only the sync does. While syncs fail,
-:meth:`SyncHealth.due` spaces the attempts out with full jitter (uniform in
+:meth:`SyncBackoff.due` spaces the attempts out with full jitter (uniform in
 [0, min(cap, base x 2^(failures-1))]) so that a fleet of agents does not
 hit a Placement that comes back all in the same second. The first success
 clears the backoff. ``status()`` is what ``rtagent status`` shows.
@@ -32,7 +32,7 @@ class SyncStatus:
         return dataclasses.asdict(self)
 
 
-class SyncHealth:
+class SyncBackoff:
     """Success/failure bookkeeping and backoff for one node's sync.
 
     :param base_delay, max_delay: seconds (see module doc).

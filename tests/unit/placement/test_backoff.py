@@ -1,7 +1,7 @@
-"""Sync health and outage backoff with a scripted clock."""
+"""Sync backoff while Placement fails with a scripted clock."""
 
 from rtagent.placement import errors
-from rtagent.placement.health import SyncHealth
+from rtagent.placement.backoff import SyncBackoff
 
 
 class Clock:
@@ -14,24 +14,24 @@ class Clock:
 
 def test_backoff_grows_with_failures_up_to_the_cap_and_success_clears_it():
     clock = Clock()
-    health = SyncHealth(
+    backoff = SyncBackoff(
         base_delay=10, max_delay=60, clock=clock, wall=lambda: 42.0, rng=lambda: 1.0
     )
-    assert health.due() and not health.status().in_sync
+    assert backoff.due() and not backoff.status().in_sync
     pauses = []
     for _ in range(5):
         pauses.append(
-            health.record_failure(errors.PlacementUnavailable(method="GET", url="/", reason="x"))
+            backoff.record_failure(errors.PlacementUnavailable(method="GET", url="/", reason="x"))
         )
     assert pauses == [10, 20, 40, 60, 60]
-    assert not health.due()
-    status = health.status()
+    assert not backoff.due()
+    status = backoff.status()
     assert status.failures == 5 and status.retry_in == 60
     assert status.last_error.startswith("placement.unavailable: Placement is unavailable")
     clock.now += 60
-    assert health.due()
-    health.record_success()
-    assert health.status().to_dict() == {
+    assert backoff.due()
+    backoff.record_success()
+    assert backoff.status().to_dict() == {
         "in_sync": True,
         "last_success": 42.0,
         "last_error": None,
@@ -42,6 +42,6 @@ def test_backoff_grows_with_failures_up_to_the_cap_and_success_clears_it():
 
 def test_jitter_spreads_the_pause():
     clock = Clock()
-    health = SyncHealth(base_delay=10, clock=clock, rng=lambda: 0.25)
-    assert health.record_failure(RuntimeError("boom")) == 2.5
-    assert health.status().last_error == "RuntimeError: boom"
+    backoff = SyncBackoff(base_delay=10, clock=clock, rng=lambda: 0.25)
+    assert backoff.record_failure(RuntimeError("boom")) == 2.5
+    assert backoff.status().last_error == "RuntimeError: boom"

@@ -1,0 +1,141 @@
+"""What the agent publishes for one node, and what it remembers about it.
+
+One :class:`NodePublisher` per node holds everything a node's publishing
+needs between ticks: its Placement sync (and the cached Placement view),
+the sync's backoff, the healer of released consumers, and the report of
+unknown consumers. The agent keeps one of these per node instead of
+parallel dicts keyed by node.
+
+All of it runs in the audit thread, outside every tracker lock: it reads
+the tracker's published snapshot and calls the tracker only for its short
+writes (ratios seen in Placement, consumers healed).
+
+Both healing and the unknown-consumer report use the tracker's one
+definition of the consumers a node knows (``NodeSnapshot.known_consumers``
+and its part ``healable``), so a consumer can never be at once "not
+unknown" to the report and "dead" to the healer.
+"""
+
+import logging
+
+from rtagent.placement import allocations
+from rtagent.placement import errors as placement_errors
+
+LOG = logging.getLogger(__name__)
+
+
+class NodePublisher:
+    """Publishes one node to Placement.
+
+    :param node_uuid: the node (its root provider's UUID).
+    :param sync: a :class:`rtagent.placement.sync.ProviderSync` of its own.
+    :param backoff: a :class:`rtagent.placement.backoff.SyncBackoff`.
+    :param client: the PlacementClient for healing and the unknown-consumer
+        check, or None to do neither.
+    :param heal_budget: a :class:`rtagent.placement.allocations.HealBudget`.
+    """
+
+    def __init__(self, node_uuid, sync, backoff, client=None, heal_budget=None):
+        self.node_uuid = node_uuid
+        self.sync = sync
+        self.backoff = backoff
+        self._client = client
+        self._healer = (
+            allocations.AllocationHealer(client, heal_budget) if client is not None else None
+        )
+        self._report = allocations.ConsumerReport()
+        # Candidates found unknown at the last check, and the root generation
+        # that check saw: the check runs again only when it moves.
+        self._candidates = {}
+        self._checked_generation = None
+        # Written by the audit thread only; other threads read whole values.
+        self._heal_backlog = 0
+
+    def publish(self, tracker, desired):
+        """Sync ``desired``, then heal released consumers and look for
+        unknown ones. Audit thread only.
+
+        :returns: the :class:`~rtagent.placement.sync.SyncResult`.
+        :raises SyncBackingOff: an earlier failure's backoff is not over.
+        :raises PlacementError: the sync or healing failed (backoff starts).
+        """
+        if not self.backoff.due():
+            # No request now, but the node is still out of sync: say so, so
+            # that health and status never read a skipped tick as a success.
+            status = self.backoff.status()
+            raise placement_errors.SyncBackingOff(
+                node=self.node_uuid, retry_in=status.retry_in, last_error=status.last_error
+            )
+        try:
+            outcome = self.sync.sync(desired)
+            tracker.set_placement_ratios(self.sync.placement_ratios(self.node_uuid))
+            self._heal(tracker, desired)
+            self._check_unknown(tracker)
+        except placement_errors.PlacementError as exc:
+            self.backoff.record_failure(exc)
+            raise
+        self.backoff.record_success()
+        return outcome
+
+    def _heal(self, tracker, desired):
+        healable = tracker.snapshot().healable
+        if self._healer is None:
+            return
+        if not healable:
+            self._heal_backlog = 0
+            return
+        result = self._healer.heal(
+            healable,
+            [p.uuid for p in desired],
+            still_released=lambda consumer: consumer in tracker.snapshot().healable,
+        )
+        if result.healed:
+            tracker.forget_released(result.healed)
+        self._heal_backlog = len(result.deferred)
+
+    def _check_unknown(self, tracker):
+        """Report allocations of consumers this node does not know, when the
+        root's generation moved (allocations change it). A consumer is
+        reported once it is found twice in a row, so an allocation the
+        scheduler makes just before its claim arrives is not reported; and
+        it stops being reported as soon as its claim or move arrives."""
+        self._report.forget(tracker.snapshot().known_consumers)
+        root = self.sync.view.get(self.node_uuid)
+        if self._client is None or root is None:
+            return
+        # Candidates not yet confirmed are looked at again on the next tick,
+        # even if nothing moved; otherwise only when the generation moves.
+        unconfirmed = set(self._candidates) - set(self._report.unknown)
+        if self._checked_generation == root.generation and not unconfirmed:
+            return
+        found = self.find_unknown(tracker)
+        previous, self._candidates = self._candidates, found
+        self._checked_generation = root.generation
+        self._report.update({c: a for c, a in found.items() if c in previous})
+
+    def find_unknown(self, tracker):
+        """Allocations on our providers of consumers the node does not know
+        (one GET per provider). :returns: {consumer: allocations}."""
+        known = tracker.snapshot().known_consumers
+        found = allocations.unknown_consumers(self._client, self.sync.view.generations(), known)
+        # A claim that arrived while we read is known now.
+        known = tracker.snapshot().known_consumers
+        return {c: a for c, a in found.items() if c not in known}
+
+    def report_unknown(self, tracker):
+        """Check now and adopt the findings at once (an operator asked).
+        :returns: {consumer: allocations}."""
+        return self._report.update(self.find_unknown(tracker))
+
+    def unknown(self, known=frozenset()):
+        """{consumer: allocations} as last reported, less those in ``known``
+        (the node's current known consumers: a claim may have arrived since)."""
+        return {c: a for c, a in self._report.unknown.items() if c not in known}
+
+    def status(self, known=frozenset()):
+        """The node's sync state for status, health and metrics."""
+        return dict(
+            self.backoff.status().to_dict(),
+            unknown_consumers=sorted(self.unknown(known)),
+            healing_backlog=self._heal_backlog,
+        )
