@@ -66,6 +66,13 @@ class Metrics:
             "Placement answers 409 (generation conflicts).",
             registry=r,
         )
+        self.placement_retries = Counter(
+            "rtagent_placement_retries",
+            "Placement requests sent again because their connection was lost "
+            "before an answer (e.g. a stale keep-alive connection).",
+            ["method"],
+            registry=r,
+        )
         r.register(_StateCollector(trackers, sync_state or dict, wall))
 
     def record_rpc(self, method, code, seconds):
@@ -94,6 +101,9 @@ class _PlacementObserver(RequestObserver):
         self._m.placement_requests.labels(method, str(status) if status else "error").inc()
         if status == 409:
             self._m.placement_conflicts.inc()
+
+    def retried(self, method, url, reason):
+        self._m.placement_retries.labels(method).inc()
 
 
 class _StateCollector:

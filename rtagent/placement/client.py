@@ -2,19 +2,59 @@
 
 One method per request the agent makes; each returns plain data or raises a
 :mod:`rtagent.placement.errors` class chosen by Placement's error code. The
-client keeps no state and never retries: retrying is the sync's job, under
-one policy.
+client keeps no state. It never retries an answer (a 409 or a 5xx is the
+caller's to handle: the sync's, under its policy); it sends an idempotent
+request once more when its connection died before any answer came back
+(see :data:`RECONNECT`).
 """
 
+import logging
 import time
 
 from keystoneauth1 import exceptions as ks_exc
 
 from rtagent.placement import errors
+from rtagent.placement.retry import RetryPolicy
+
+LOG = logging.getLogger(__name__)
 
 # Failures that mean "try again later": connection refused or reset, TLS
 # handshake failures, timeouts, and version discovery that could not connect.
 _TRANSIENT = (ks_exc.ConnectionError, ks_exc.RequestTimeout, ks_exc.DiscoveryFailure)
+
+# What keystoneauth makes of requests' ConnectionError: refused, reset, or a
+# pooled keep-alive connection that the server (or a front's idle timeout)
+# closed just as we reused it (RemoteDisconnected). Not timeouts: those
+# already cost [placement] timeout, and the request may still be running.
+_CONNECTION_LOST = ks_exc.ConnectFailure
+
+# A PUT whose first copy landed (only its answer was lost) comes back as a
+# 409 that its caller already handles:
+# - put_inventories and put_traits carry the provider generation that the
+#   first copy moved, so the sync re-reads that provider, finds its write
+#   there and has nothing left to do (sync.ProviderSync._apply_by_provider);
+# - the healer's PUT /allocations carries the consumer generation: a
+#   conflict, looked at again next pass (allocations.AllocationHealer.heal);
+# - a standalone write (consumer generation None) finds the consumer, and
+#   one GET sees the same allocations: PRESENT (standalone.write_allocations);
+# - update_provider and the custom trait and class PUTs give the same result
+#   twice. There is no DELETE today.
+# A POST is never sent twice: a landed POST /resource_providers would come
+# back as a name conflict, read as ProviderNameTaken (someone else's name).
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+"""Methods sent again when their connection was lost before an answer."""
+
+RECONNECT = RetryPolicy(max_attempts=2, base_delay=0)
+"""The default policy for an idempotent request whose connection was lost:
+one more attempt, at once (a dead keep-alive connection is not a busy
+server). urllib3 has discarded the dead connection, so the attempt goes out
+on a new one, or on a pooled one checked for a close already received. A
+second loss raises PlacementUnavailable. This is ours rather than
+keystoneauth's ``connect_retries`` (an operator option, 0 by default),
+which retries every method, POST included, also after read timeouts, with
+pauses from 0.5 s doubling, and unseen by the RequestObserver."""
+
+_ONCE = RetryPolicy(max_attempts=1)
 
 MICROVERSION = "1.39"
 """Every request is sent at this microversion; the agent needs >= 1.39
@@ -24,8 +64,10 @@ MICROVERSION = "1.39"
 class RequestObserver:
     """Hooks around every request: metrics, tracing and tests use them.
 
-    ``before`` runs just before the request goes out, ``after`` when its
-    answer (or failure, ``status`` None) is known.
+    ``before`` runs just before each attempt goes out, ``after`` when its
+    answer (or failure, ``status`` None) is known, and ``retried`` when a
+    failed attempt is about to be sent again (``reason``: the failure as
+    text, too varied for a metric label).
     """
 
     def before(self, method, url):
@@ -34,19 +76,64 @@ class RequestObserver:
     def after(self, method, url, status, seconds):
         pass
 
+    def retried(self, method, url, reason):
+        pass
+
 
 class PlacementClient:
     """Placement calls used by the agent.
 
     :param adapter: a keystoneauth1 Adapter for the placement service.
     :param observer: a :class:`RequestObserver`, or None.
+    :param reconnect: the :class:`RetryPolicy` for idempotent requests whose
+        connection was lost before an answer (default :data:`RECONNECT`).
     """
 
-    def __init__(self, adapter, observer=None):
+    def __init__(self, adapter, observer=None, reconnect=RECONNECT):
         self._adapter = adapter
         self._observer = observer or RequestObserver()
+        self._reconnect = reconnect
 
     def _request(self, method, url, body=None, params=None):
+        def on_retry(exc, attempt):
+            LOG.warning(
+                "Placement connection lost before an answer to %s %s (attempt %d: %s); "
+                "sending it again on another connection",
+                method,
+                url,
+                attempt,
+                exc,
+            )
+            self._observer.retried(method, url, str(exc))
+
+        policy = self._reconnect if method in IDEMPOTENT else _ONCE
+        try:
+            response = policy.call(
+                lambda attempt: self._send(method, url, body, params),
+                retry_on=_CONNECTION_LOST,
+                on_retry=on_retry,
+            )
+        except _TRANSIENT as exc:
+            raise errors.PlacementUnavailable(method=method, url=url, reason=str(exc)) from exc
+        except ks_exc.HttpError as exc:
+            # From the identity service while authenticating: a 5xx there is
+            # transient like ours; anything else is a credentials problem.
+            if (exc.http_status or 0) >= 500:
+                raise errors.PlacementUnavailable(method=method, url=url, reason=str(exc)) from exc
+            raise errors.PlacementAuthError(method=method, url=url, reason=str(exc)) from exc
+        except ks_exc.ClientException as exc:
+            # No auth plugin, bad credentials, Placement not in the catalog:
+            # retrying will not help until the operator fixes the config.
+            raise errors.PlacementAuthError(method=method, url=url, reason=str(exc)) from exc
+        status = response.status_code
+        if status >= 400:
+            raise errors.from_response(method, url, response)
+        if status == 204 or not response.content:
+            return None
+        return response.json()
+
+    def _send(self, method, url, body, params):
+        """One attempt, seen by the observer; keystoneauth's errors pass."""
         self._observer.before(method, url)
         started = time.monotonic()
         status = None
@@ -60,25 +147,9 @@ class PlacementClient:
                 raise_exc=False,
             )
             status = response.status_code
-        except _TRANSIENT as exc:
-            raise errors.PlacementUnavailable(method=method, url=url, reason=str(exc)) from exc
-        except ks_exc.HttpError as exc:
-            # From the identity service while authenticating: a 5xx there is
-            # transient like ours; anything else is a credentials problem.
-            if (exc.http_status or 0) >= 500:
-                raise errors.PlacementUnavailable(method=method, url=url, reason=str(exc)) from exc
-            raise errors.PlacementAuthError(method=method, url=url, reason=str(exc)) from exc
-        except ks_exc.ClientException as exc:
-            # No auth plugin, bad credentials, Placement not in the catalog:
-            # retrying will not help until the operator fixes the config.
-            raise errors.PlacementAuthError(method=method, url=url, reason=str(exc)) from exc
+            return response
         finally:
             self._observer.after(method, url, status, time.monotonic() - started)
-        if status >= 400:
-            raise errors.from_response(method, url, response)
-        if status == 204 or not response.content:
-            return None
-        return response.json()
 
     def list_tree(self, root_uuid):
         """Providers in the tree rooted at ``root_uuid`` (empty if none).
