@@ -28,7 +28,10 @@ class Daemon:
     """:param conf: the loaded, validated ConfigOpts.
     :param agent: the :class:`rtagent.agent.Agent`.
     :param metrics: a :class:`rtagent.metrics.Metrics` (its Placement
-        observer must already be wired into the agent).
+        observer must already be wired into the agent); the daemon has it
+        export the nodes' state and its own sync state.
+    :param trigger: the :class:`rtagent.periodic.Trigger` that event
+        sources (the hypervisor driver) pull for an early audit.
     :param make_rpc: callable(endpoint) -> an object with start()/stop(),
         or None for no RPC (tests of the loop).
     :param make_endpoint: callable(on_call, on_change, status_of) -> endpoint.
@@ -54,6 +57,7 @@ class Daemon:
         health=None,
         reload=None,
         apply_conf=None,
+        trigger=None,
         rng=random.random,
         clock=time.monotonic,
         wall=time.time,
@@ -75,7 +79,11 @@ class Daemon:
         self._hup = threading.Event()
         self._wake = threading.Event()
         self.loop = PeriodicLoop(
-            self._tick, conf.rtagent.audit_interval, jitter=conf.daemon.audit_jitter, rng=rng
+            self._tick,
+            conf.rtagent.audit_interval,
+            jitter=conf.daemon.audit_jitter,
+            rng=rng,
+            trigger=trigger,
         )
         self.rpc = None
         self.health = None
@@ -87,6 +95,7 @@ class Daemon:
         self._failures = 0
         self.reloads = 0
         self.reload_failures = 0
+        metrics.watch(agent.nodes.trackers, self.sync_state)
 
     # -- signals (called from signal handlers: flags only) ----------------
 
@@ -131,6 +140,9 @@ class Daemon:
             "audits": self.loop.runs,
             "unknown_consumers": {
                 node: len(found) for node, found in self.agent.unknown_consumers().items()
+            },
+            "healing_backlog": {
+                node: state["healing_backlog"] for node, state in self.agent.sync_status().items()
             },
         }
 

@@ -16,12 +16,15 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
-    """:param trackers: callable() -> the node trackers (for state gauges).
-    :param sync_state: callable() -> dict with ``last_success`` (wall
-        seconds or None), for the sync lag.
+    """The agent's counters, and (once :meth:`watch` is called by the
+    service that owns the state) gauges of the nodes' state.
+
+    Made before the agent, because the agent's Placement client reports to
+    :meth:`observer` from its construction on.
     """
 
-    def __init__(self, trackers, sync_state=None, wall=time.time):
+    def __init__(self, wall=time.time):
+        self._wall = wall
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.rpc_calls = Counter(
@@ -73,7 +76,16 @@ class Metrics:
             ["method"],
             registry=r,
         )
-        r.register(_StateCollector(trackers, sync_state or dict, wall))
+
+    def watch(self, trackers, sync_state):
+        """Export the nodes' state, read at scrape time.
+
+        :param trackers: callable() -> the node trackers (state gauges).
+        :param sync_state: callable() -> dict with ``last_success`` (wall
+            seconds or None), ``unknown_consumers`` and ``healing_backlog``
+            ({node: count}).
+        """
+        self.registry.register(_StateCollector(trackers, sync_state, self._wall))
 
     def record_rpc(self, method, code, seconds):
         self.rpc_calls.labels(method, code or "ok").inc()
@@ -167,6 +179,16 @@ class _StateCollector:
             "does not know (reported, never deleted).",
             labels=["node"],
         )
-        for node, count in (self._sync_state().get("unknown_consumers") or {}).items():
+        state = self._sync_state()
+        for node, count in (state.get("unknown_consumers") or {}).items():
             unknown.add_metric([node], count)
         yield unknown
+        backlog = GaugeMetricFamily(
+            "rtagent_healing_backlog",
+            "Released consumers the last healing pass left for a later one "
+            "(its per-tick budget was spent).",
+            labels=["node"],
+        )
+        for node, count in (state.get("healing_backlog") or {}).items():
+            backlog.add_metric([node], count)
+        yield backlog

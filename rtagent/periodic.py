@@ -5,9 +5,11 @@ The next run is scheduled from the *end* of the previous one, so a slow tick
 never causes a burst of catch-up runs. Waiting is done on an Event, so
 ``stop()`` wakes the loop at once instead of after the interval.
 
-``trigger()`` asks for an early run (a hypervisor lifecycle event, say). It
-is debounced: the loop wakes, waits ``debounce`` seconds more so that a
-burst of events (a guest booting sends several) costs one run, then runs.
+``trigger()`` asks for an early run (a hypervisor lifecycle event, say);
+so does a :class:`Trigger` made before the loop and handed to it, which lets
+an event source hold the trigger from its own construction. It is
+debounced: the loop wakes, waits ``debounce`` seconds more so that a burst
+of events (a guest booting sends several) costs one run, then runs.
 A trigger that arrives during a run causes one more run after it.
 """
 
@@ -19,6 +21,20 @@ import time
 from rtagent import exception
 
 LOG = logging.getLogger(__name__)
+
+
+class Trigger:
+    """A request for an early run of the loop it is given to."""
+
+    def __init__(self):
+        self.requested = threading.Event()
+        # What the loop's wait returns early on (stop() sets it too).
+        self.wake = threading.Event()
+
+    def pull(self):
+        """Ask for an early run (debounced). Safe from any thread, never blocks."""
+        self.requested.set()
+        self.wake.set()
 
 
 class PeriodicLoop:
@@ -33,6 +49,8 @@ class PeriodicLoop:
     :param jitter: each interval is multiplied by a random factor in
         [1 - jitter, 1 + jitter], so agents started together drift apart.
     :param rng: random() source for the jitter; tests pin it.
+    :param trigger: the :class:`Trigger` that asks for early runs (a new
+        one if None).
     """
 
     def __init__(
@@ -45,6 +63,7 @@ class PeriodicLoop:
         *,
         jitter=0.0,
         rng=random.random,
+        trigger=None,
     ):
         self._task = task
         self._interval = interval
@@ -54,9 +73,10 @@ class PeriodicLoop:
         self._clock = clock
         self._debounce = debounce
         self._stop = threading.Event()
+        self._trigger = trigger or Trigger()
         # Set by stop() and trigger(): what the loop's wait returns early on.
-        self._wake = threading.Event()
-        self._triggered = threading.Event()
+        self._wake = self._trigger.wake
+        self._triggered = self._trigger.requested
         self.runs = 0
         self.failures = 0
         self.triggered_runs = 0
@@ -87,8 +107,7 @@ class PeriodicLoop:
 
     def trigger(self):
         """Ask for an early run (debounced). Safe from any thread, never blocks."""
-        self._triggered.set()
-        self._wake.set()
+        self._trigger.pull()
 
     def run_once(self):
         """One guarded run: errors are logged and counted, never raised."""

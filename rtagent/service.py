@@ -76,10 +76,12 @@ def placement_adapter(conf):
     )
 
 
-def libvirt_driver(conf, observer=None):
+def libvirt_driver(conf, observer=None, on_change=None):
     """The configured :class:`LibvirtDriver`; ``observer`` is a
     :class:`rtagent.virt.libvirt.calls.CallObserver` told of every libvirt
-    call (tests check none is made under a tracker lock), or None."""
+    call (tests check none is made under a tracker lock), or None;
+    ``on_change`` is called (from libvirt's event thread) when a lifecycle
+    or device event asks for an early audit."""
     # Imported here so that tools which never touch the hypervisor (the
     # config generator, unit tests of the core) do not need libvirt.
     from rtagent.virt.libvirt.driver import LibvirtDriver
@@ -90,14 +92,22 @@ def libvirt_driver(conf, observer=None):
         cpu_shared_set=conf.compute.cpu_shared_set,
         cpu_dedicated_set=conf.compute.cpu_dedicated_set,
         # libvirt's event loop must be registered before the first open;
-        # lifecycle events then call driver.on_change (an early audit).
+        # lifecycle events then call on_change (an early audit).
         events=True,
+        on_change=on_change,
         observer=observer,
     )
 
 
 def build_agent(
-    conf, driver=None, adapter=None, observer=None, libvirt_observer=None, make_backoff=None
+    conf,
+    driver=None,
+    adapter=None,
+    observer=None,
+    *,
+    libvirt_observer=None,
+    make_backoff=None,
+    on_change=None,
 ):
     """Build an :class:`Agent` from a validated ``conf``.
 
@@ -106,6 +116,7 @@ def build_agent(
     ``libvirt_observer`` every libvirt call of the configured driver (a
     ``CallObserver``; unused when ``driver`` is given). ``make_backoff``
     (callable() -> SyncBackoff) replaces each node's sync backoff (tests).
+    ``on_change`` is what the configured driver's hypervisor events call.
 
     The command line's ``--accept-empty-state`` (``rtagent run``/``audit``)
     lets a store that is missing or empty where one existed start empty.
@@ -118,7 +129,7 @@ def build_agent(
     # touched: provider config files, then the driver (a bad [compute] CPU set).
     location = conf.compute.provider_config_location
     configs = provider_config.ProviderConfigSource(location, provider_config.load(location))
-    driver = driver or libvirt_driver(conf, observer=libvirt_observer)
+    driver = driver or libvirt_driver(conf, observer=libvirt_observer, on_change=on_change)
     # A conf without the command line (tests, tools) never accepts it.
     command = conf.command if "command" in conf else None
     try:

@@ -4,7 +4,7 @@ import logging
 import signal
 from importlib import metadata
 
-from rtagent import daemon, health, metrics, service, systemd
+from rtagent import daemon, health, metrics, periodic, service, systemd
 from rtagent.rpc import notifier as notifiermod
 from rtagent.rpc import transport
 from rtagent.rpc.endpoint import AgentEndpoint
@@ -20,17 +20,11 @@ def build_and_run(conf, reload_conf):
     :returns: the exit status.
     :raises RtagentError: the agent could not be built (exit 2 upstream).
     """
-    holder = {}
-
-    def trackers():
-        return holder["agent"].nodes.trackers()
-
-    def sync_state():
-        return holder["daemon"].sync_state() if "daemon" in holder else {}
-
-    meter = metrics.Metrics(trackers, sync_state=sync_state)
-    agent = service.build_agent(conf, observer=meter.observer())
-    holder["agent"] = agent
+    # Built in dependency order: what the agent reports to (metrics) and
+    # what its hypervisor events pull (the loop's trigger) exist first.
+    meter = metrics.Metrics()
+    trigger = periodic.Trigger()
+    agent = service.build_agent(conf, observer=meter.observer(), on_change=trigger.pull)
     rpc_transport = notify_transport = None
     try:
         publisher = None
@@ -71,9 +65,8 @@ def build_and_run(conf, reload_conf):
             health=make_health if conf.health.enabled else None,
             reload=reload_conf,
             apply_conf=lambda new: apply_conf(conf, new, agent),
+            trigger=trigger,
         )
-        holder["daemon"] = the_daemon
-        agent.driver.on_change = the_daemon.loop.trigger
         _install_signals(conf, the_daemon)
         return the_daemon.run()
     finally:

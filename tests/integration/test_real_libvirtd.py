@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rtagent.periodic import PeriodicLoop
+from rtagent.periodic import PeriodicLoop, Trigger
 from rtagent.virt import errors, host
 from rtagent.virt.libvirt import LibvirtDriver
 from rtagent.virt.libvirt.probes import cpu_traits
@@ -60,8 +60,16 @@ LINUX_FLAG_TRAITS = {
 
 
 @pytest.fixture
-def driver(libvirtd, tmp_path):
-    drv = LibvirtDriver(libvirtd.uri, str(tmp_path), events=True, keepalive=(1, 2))
+def trigger():
+    """What the driver's events pull: an early run of a loop given it."""
+    return Trigger()
+
+
+@pytest.fixture
+def driver(libvirtd, tmp_path, trigger):
+    drv = LibvirtDriver(
+        libvirtd.uri, str(tmp_path), events=True, keepalive=(1, 2), on_change=trigger.pull
+    )
     yield drv
     drv.close()
 
@@ -139,12 +147,13 @@ def wait_for(predicate, timeout=20.0):
 
 
 def test_guest_started_and_destroyed_outside_shows_in_next_triggered_audit(
-    libvirtd, guests, driver, admin
+    libvirtd, guests, driver, admin, trigger
 ):
     views = []
     # An hour's interval: only an event-triggered run can see the changes.
-    loop = PeriodicLoop(lambda: views.append(driver.read_host()), 3600, debounce=0.2)
-    driver.on_change = loop.trigger
+    loop = PeriodicLoop(
+        lambda: views.append(driver.read_host()), 3600, debounce=0.2, trigger=trigger
+    )
     worker = threading.Thread(target=loop.run, daemon=True)
     worker.start()
     try:

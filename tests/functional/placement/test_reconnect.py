@@ -51,7 +51,7 @@ def proxy(placement_process):
 
 @pytest.fixture
 def metrics():
-    return Metrics(trackers=tuple)
+    return Metrics()
 
 
 @pytest.fixture
