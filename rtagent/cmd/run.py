@@ -4,7 +4,7 @@ import logging
 import signal
 from importlib import metadata
 
-from rtagent import daemon, health, metrics, periodic, service, systemd
+from rtagent import daemon, health_server, metrics, periodic, service, systemd
 from rtagent.rpc import notifier as notifiermod
 from rtagent.rpc import transport
 from rtagent.rpc.endpoint import AgentEndpoint
@@ -48,7 +48,7 @@ def build_and_run(conf, reload_conf):
             return AgentEndpoint(agent, conf.host, conf.my_ip, **hooks)
 
         def make_health(check, status):
-            return health.HealthServer(check, meter, status, conf.health.port)
+            return health_server.HealthServer(check, meter, status, conf.health.port)
 
         the_daemon = daemon.Daemon(
             conf,

@@ -11,7 +11,7 @@ import threading
 import urllib.error
 import urllib.request
 
-from rtagent.health import HOST
+from rtagent.health_server import HOST
 
 TIMEOUT_S = 10.0
 
