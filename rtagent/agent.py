@@ -184,8 +184,7 @@ class Agent:
             location, self._pending_config_location = self._pending_config_location, None
             publishers = list(self._publishers.values())
         if location is not None and self.provider_configs is not None:
-            self.provider_configs.location = location
-            self.provider_configs.reload()
+            self.provider_configs.reload(location)
         if invalidate:
             for publisher in publishers:
                 publisher.sync.invalidate()

@@ -270,17 +270,20 @@ class ProviderConfigSource:
     def configs(self):
         return self._configs
 
-    def reload(self):
-        """Re-read the files (on SIGHUP). A bad file keeps the last good
-        configuration in force: the error is logged and kept in
-        ``last_error``. :returns: True if the new files were adopted."""
+    def reload(self, location=None):
+        """Re-read the files (on SIGHUP), from ``location`` if given (the
+        reloaded ``provider_config_location``). A bad file keeps the last
+        good configuration and location in force: the error is logged and
+        kept in ``last_error``. :returns: True if the new files were adopted."""
+        location = self.location if location is None else location
         try:
-            configs = load(self.location)
+            configs = load(location)
         except ProviderConfigError as exc:
             self.last_error = exc
             LOG.error("%s; keeping the last good provider configuration", exc)
             return False
         self._configs, self.last_error = configs, None
+        self.location = location
         self._logged.clear()
         LOG.info("Provider configuration reloaded: %d provider(s)", len(configs))
         return True
