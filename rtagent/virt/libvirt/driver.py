@@ -54,6 +54,10 @@ class LibvirtDriver(driver.HostDriver):
         connection is lost; the agent passes ``PeriodicLoop.trigger``. May
         also be set later as an attribute.
     :param keepalive: ``(interval s, count)``; needs ``events``.
+    :param observer: a :class:`rtagent.virt.libvirt.calls.CallObserver`
+        told, on the calling thread, before every libvirt call this driver
+        makes (readings, the open and its set-up, the close); tests use it
+        to prove none is made under a tracker lock. None: no observer.
     :raises rtagent.virt.errors.InvalidConnectionURI: ``uri`` is malformed.
     :raises rtagent.virt.errors.InvalidCPUSet: a CPU set does not parse.
 
@@ -77,6 +81,7 @@ class LibvirtDriver(driver.HostDriver):
         on_change=None,
         keepalive=(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT),
         clock=None,
+        observer=None,
     ):
         self.uri = validate_uri(uri)
         self.instances_path = instances_path
@@ -86,6 +91,7 @@ class LibvirtDriver(driver.HostDriver):
         self._events = events
         self._keepalive = keepalive
         self.on_change = on_change
+        self._observer = observer or calls_mod.CallObserver()
         if events:
             # Must precede the first open, or the connection never uses it.
             _events.start()
@@ -116,7 +122,7 @@ class LibvirtDriver(driver.HostDriver):
         # without touching libvirt.
         st = self._read_statvfs()
         local_gb, local_gb_used = disk.disk_gb(st)
-        calls = calls_mod.Calls(self._connection)
+        calls = calls_mod.Calls(self._connection, self._observer)
         try:
             found = facts.gather(calls, self._static, self._info_cache, self._hostdev_cache)
         finally:
@@ -211,6 +217,7 @@ class LibvirtDriver(driver.HostDriver):
 
     def close(self):
         """Close the libvirt connection. Safe to call more than once."""
+        self._observer.before("close connection")
         self._connection.close()
 
     @property
@@ -220,6 +227,8 @@ class LibvirtDriver(driver.HostDriver):
 
     # -- events (libvirt's event thread) -----------------------------------
     def _setup(self, conn):
+        # Runs inside Connection.get(), on the reading's thread, outside Calls.
+        self._observer.before("connection setup")
         interval, count = self._keepalive
         conn.setKeepAlive(interval, count)
         conn.registerCloseCallback(self._on_close, None)
