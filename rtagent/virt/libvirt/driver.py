@@ -90,7 +90,7 @@ class LibvirtDriver(driver.HostDriver):
         self._dedicated = cpusets.parse_cpu_spec("cpu_dedicated_set", cpu_dedicated_set)
         self._events = events
         self._keepalive = keepalive
-        self.on_change = on_change
+        self._on_change = on_change
         self._observer = observer or calls_mod.CallObserver()
         if events:
             # Must precede the first open, or the connection never uses it.
@@ -263,7 +263,7 @@ class LibvirtDriver(driver.HostDriver):
         self._notify()
 
     def _notify(self):
-        callback = self.on_change
+        callback = self._on_change
         if callback is not None:
             try:
                 callback()
