@@ -17,8 +17,9 @@ import json
 import types
 
 from rtagent.resources import frozen_map
-from rtagent.tracker import assigned, errors, ledger
+from rtagent.tracker import assigned, errors, ledger, stats
 from rtagent.tracker.drift import Drift
+from rtagent.tracker.model import NodeSnapshot
 
 # Per-node metadata keys in the store (names kept from schema version 1).
 RATIOS_KEY = "placement_ratios:{node}"
@@ -252,6 +253,35 @@ def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_reques
     if reasons:
         raise errors.ComputeResourcesUnavailable(instance_uuid, reasons)
     return assigned.pick(ctx.offered, held, assigned_request, instance_uuid)
+
+
+def snapshot_of(state, count_untracked):
+    """The :class:`~rtagent.tracker.model.NodeSnapshot` readers get of
+    ``state``: sorted, with usage and stats computed (pure)."""
+    instances = tuple(state.instances[u] for u in sorted(state.instances))
+    held = state.held()
+    extra = state.drift.untracked_usage() if count_untracked else ()
+    return NodeSnapshot(
+        node_uuid=state.node_uuid,
+        host=state.host,
+        inventories=state.inventories,
+        usage=frozen_map(ledger.usage(held, extra)),
+        instances=instances,
+        policy=state.policy,
+        migrations=tuple(state.migrations[u] for u in sorted(state.migrations)),
+        stats=frozen_map(stats.stats(instances, state.failed_builds)),
+        drift=state.drift,
+        assigned_missing=frozen_map(assigned.missing(state.offered, held))
+        if state.offered
+        else frozen_map({}),
+        unavailable=state.unavailable,
+        untracked_usage=frozen_map(ledger.usage([], extra)),
+        released=state.released,
+        disabled=state.disabled,
+        known_consumers=state.known_consumers(),
+        healable=state.healable(),
+        pending=frozenset(state.pending),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

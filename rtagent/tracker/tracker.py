@@ -25,18 +25,9 @@ import time
 from oslo_concurrency import lockutils
 
 from rtagent.resources import frozen_map
-from rtagent.tracker import (
-    assigned,
-    claims,
-    drift,
-    ledger,
-    moves,
-    requests,
-    stats,
-    view,
-)
-from rtagent.tracker.model import Claim, NodeSnapshot, check_uuid
-from rtagent.tracker.state import NodeState, changes, fit_context
+from rtagent.tracker import claims, drift, ledger, moves, requests, view
+from rtagent.tracker.model import Claim, check_uuid
+from rtagent.tracker.state import NodeState, changes, fit_context, snapshot_of
 
 LOG = logging.getLogger(__name__)
 
@@ -414,38 +405,10 @@ class Tracker:
         published_state, snap = self._published
         if published_state is state:
             return snap
-        snap = _snapshot_of(state, self._count_untracked)
+        snap = snapshot_of(state, self._count_untracked)
         self._published = (state, snap)
         return snap
 
     def compute_node_view(self, host_ip):
         """The compute-node dict a Nova scheduler reads (see :mod:`.view`)."""
         return view.compute_node(self.snapshot(), host_ip)
-
-
-def _snapshot_of(state, count_untracked):
-    """The :class:`NodeSnapshot` of ``state`` (pure)."""
-    instances = tuple(state.instances[u] for u in sorted(state.instances))
-    held = state.held()
-    extra = state.drift.untracked_usage() if count_untracked else ()
-    return NodeSnapshot(
-        node_uuid=state.node_uuid,
-        host=state.host,
-        inventories=state.inventories,
-        usage=frozen_map(ledger.usage(held, extra)),
-        instances=instances,
-        policy=state.policy,
-        migrations=tuple(state.migrations[u] for u in sorted(state.migrations)),
-        stats=frozen_map(stats.stats(instances, state.failed_builds)),
-        drift=state.drift,
-        assigned_missing=frozen_map(assigned.missing(state.offered, held))
-        if state.offered
-        else frozen_map({}),
-        unavailable=state.unavailable,
-        untracked_usage=frozen_map(ledger.usage([], extra)),
-        released=state.released,
-        disabled=state.disabled,
-        known_consumers=state.known_consumers(),
-        healable=state.healable(),
-        pending=frozenset(state.pending),
-    )
