@@ -7,6 +7,9 @@
     rtagent [--config-file FILE ...] status [--json]
                                               the running agent's view of its nodes
 
+``run`` and ``audit`` take ``--accept-empty-state``: start with no claims
+although the state store this state directory had is missing or empty.
+
 A configuration or state problem ends the command with one line on stderr
 naming what to fix and exit status 2 (no traceback).
 """
@@ -32,13 +35,21 @@ EXIT_CONFIG = 2
 
 
 def _add_commands(subparsers):
-    subparsers.add_parser("run", help="Run the agent until SIGTERM or SIGINT.")
+    run = subparsers.add_parser("run", help="Run the agent until SIGTERM or SIGINT.")
     audit = subparsers.add_parser("audit", help="Run one audit and sync, then print the node.")
     audit.add_argument(
         "--dry-run",
         action="store_true",
         help="Print the provider tree and the diff against Placement; write nothing.",
     )
+    for parser in (run, audit):
+        parser.add_argument(
+            "--accept-empty-state",
+            action="store_true",
+            help="Start with no claims although the state store that this state directory "
+            "had is missing or empty (see docs/operations.md). Without it, such a start "
+            "is refused.",
+        )
     status = subparsers.add_parser("status", help="Show the running agent's view of its nodes.")
     status.add_argument("--json", action="store_true", help="Print JSON.")
 

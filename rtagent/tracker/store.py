@@ -4,6 +4,15 @@ Only the tracker calls this, under its lock. Every write is one transaction
 committed with ``synchronous=FULL``: in WAL mode that fsyncs the log at each
 commit, so a claim acknowledged after ``put_instance`` returns survives
 ``kill -9`` and power loss. Files are created owner-only.
+
+Rows are keyed by ``(node_uuid, uuid)``: a move between two nodes of one
+agent holds the instance and the migration on both nodes at once. A store
+of an older schema is migrated on open, in one transaction.
+
+A store that is missing or empty where this agent had one (its marker file
+:data:`rtagent.tracker.identity.STORE_FILE_NAME` is there) is refused
+unless the operator accepts starting empty: the claims it held would
+otherwise vanish without a word.
 """
 
 import contextlib
@@ -13,8 +22,9 @@ import logging
 import os
 import sqlite3
 import threading
+import uuid as uuidlib
 
-from rtagent.tracker import errors
+from rtagent.tracker import errors, identity
 from rtagent.tracker.model import Instance, Migration
 from rtagent.tracker.state import Changes
 
@@ -22,17 +32,42 @@ LOG = logging.getLogger(__name__)
 
 DB_NAME = "rtagent.sqlite"
 LOCK_NAME = "rtagent.lock"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+_STORE_ID_KEY = "store_id"
 
-# Version 2 added the migrations table, version 3 the released consumers;
-# older stores open unchanged (the new tables start empty).
-_SCHEMA = (
+# Version 4: rows keyed by (node_uuid, uuid).
+_CREATE = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE instances (node_uuid TEXT NOT NULL, uuid TEXT NOT NULL,"
+    " body TEXT NOT NULL, PRIMARY KEY (node_uuid, uuid))",
+    "CREATE TABLE migrations (node_uuid TEXT NOT NULL, uuid TEXT NOT NULL,"
+    " body TEXT NOT NULL, PRIMARY KEY (node_uuid, uuid))",
+    "CREATE TABLE released (node_uuid TEXT NOT NULL, uuid TEXT NOT NULL,"
+    " PRIMARY KEY (node_uuid, uuid))",
+)
+# Versions 1-3 keyed rows by UUID alone, so a second node's row replaced the
+# first's. Version 2 added the migrations table, version 3 the released
+# consumers: an older store gets the tables it lacks, empty, first.
+_COMPLETE_OLD = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS instances ("
     " uuid TEXT PRIMARY KEY, node_uuid TEXT NOT NULL, body TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS migrations ("
     " uuid TEXT PRIMARY KEY, node_uuid TEXT NOT NULL, body TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS released (uuid TEXT PRIMARY KEY, node_uuid TEXT NOT NULL)",
+)
+_MIGRATE = (
+    "ALTER TABLE instances RENAME TO old_instances",
+    "ALTER TABLE migrations RENAME TO old_migrations",
+    "ALTER TABLE released RENAME TO old_released",
+    *_CREATE[1:],
+    "INSERT INTO instances (node_uuid, uuid, body) SELECT node_uuid, uuid, body FROM old_instances",
+    "INSERT INTO migrations (node_uuid, uuid, body)"
+    " SELECT node_uuid, uuid, body FROM old_migrations",
+    "INSERT INTO released (node_uuid, uuid) SELECT node_uuid, uuid FROM old_released",
+    "DROP TABLE old_instances",
+    "DROP TABLE old_migrations",
+    "DROP TABLE old_released",
 )
 
 
@@ -84,15 +119,29 @@ def _lock_exclusively(state_path):
 
 
 class Store:
-    """Instances and small metadata in ``state_path/rtagent.sqlite``."""
+    """Instances, moves, released consumers and small metadata in
+    ``state_path/rtagent.sqlite``.
 
-    def __init__(self, state_path):
+    :param accept_empty: start with a new, empty store even where this
+        agent had one before (the operator's explicit choice, e.g.
+        ``rtagent run --accept-empty-state``).
+    :raises StateError: the directory or the database is unusable, its
+        schema is newer than this code's, or the store is missing or empty
+        where one existed (and ``accept_empty`` is false).
+    """
+
+    def __init__(self, state_path, *, accept_empty=False):
         ensure_private_dir(state_path)
         self.path = os.path.join(state_path, DB_NAME)
+        self._state_path = state_path
+        # Before we create it: an rtagent older than the store marker left
+        # only this file behind to say that it ran here.
+        ran_here = os.path.lexists(os.path.join(state_path, LOCK_NAME))
         self._lock_fd = _lock_exclusively(state_path)
         # One connection shared by the trackers of all nodes, each under its
         # own lock: this mutex keeps their transactions from interleaving.
         self._mutex = threading.RLock()
+        self._db = None
         try:
             # Create the file ourselves so it is 0600 from its first byte;
             # SQLite gives the -wal and -shm files the same mode.
@@ -100,37 +149,121 @@ class Store:
             os.chmod(self.path, 0o600)
             # Used only under the tracker lock, from whichever thread holds it.
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            with self._transaction():
-                for statement in _SCHEMA:
-                    self._db.execute(statement)
-            self._check_schema()
+            self._open(ran_here, accept_empty)
         except sqlite3.Error as exc:
-            self._release_lock()
+            self.close()
             raise errors.StateError(path=self.path, reason=str(exc)) from exc
         except OSError as exc:
-            self._release_lock()
+            self.close()
             raise errors.StateError(path=self.path, reason=exc.strerror or str(exc)) from exc
         except errors.StateError:
-            self._release_lock()
+            self.close()
             raise
+
+    def _open(self, ran_here, accept_empty):
+        """Create, migrate or check the schema, then the store's marker."""
+        tables = {
+            name
+            for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if not tables:
+            self._refuse_if_lost(ran_here, accept_empty)  # before the first write
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        if not tables:
+            with self._transaction():
+                self._create()
+        else:
+            found = self._found_version(tables)
+            if found > SCHEMA_VERSION:
+                raise errors.StateError(
+                    path=self.path,
+                    reason=f"schema version {found} is newer than this rtagent "
+                    f"understands ({SCHEMA_VERSION}); run the newer rtagent",
+                )
+            if found < SCHEMA_VERSION:
+                with self._transaction():
+                    self._migrate()
+                LOG.info(
+                    "State store %s migrated from schema %d to %d", self.path, found, SCHEMA_VERSION
+                )
+        self._mark()
+
+    def _found_version(self, tables):
+        found = self.get_meta("schema_version") if "meta" in tables else None
+        if found is None:
+            # Version 1 set the version after creating its tables, in a second
+            # transaction: tables without a version are that layout.
+            return 1
+        try:
+            return int(found)
+        except ValueError:
+            raise errors.StateError(
+                path=self.path, reason=f"unreadable schema version {found!r}"
+            ) from None
+
+    def _refuse_if_lost(self, ran_here, accept_empty):
+        marker = identity.read_store_marker(self._state_path)
+        if marker is None and not ran_here:
+            return  # a first start (perhaps beside nova's compute_id)
+        was = f"store {marker} was here" if marker else f"{LOCK_NAME} shows rtagent ran here"
+        if accept_empty:
+            LOG.warning(
+                "State store %s is missing or empty but %s: starting with no claims, "
+                "as --accept-empty-state asks",
+                self.path,
+                was,
+            )
+            return
+        raise errors.StateError(
+            path=self.path,
+            reason=f"is missing or empty, but {was}: its claims would be lost. Restore it "
+            "from a backup, or start once with `rtagent run --accept-empty-state` to begin "
+            "with no claims (see docs/operations.md)",
+        )
+
+    def _create(self):
+        for statement in _CREATE:
+            self._db.execute(statement)
+        self._set_meta_rows(
+            (("schema_version", str(SCHEMA_VERSION)), (_STORE_ID_KEY, str(uuidlib.uuid4())))
+        )
+
+    def _migrate(self):
+        """Bring a version 1-3 store to version 4: copy every row into the
+        new tables. Transaction held: a crash anywhere in it leaves the old
+        store as it was."""
+        for statement in _COMPLETE_OLD + _MIGRATE:
+            self._db.execute(statement)
+        meta = [("schema_version", str(SCHEMA_VERSION))]
+        if self.get_meta(_STORE_ID_KEY) is None:
+            meta.append((_STORE_ID_KEY, str(uuidlib.uuid4())))
+        self._set_meta_rows(meta)
+
+    def _mark(self):
+        """Write the marker that says this directory has a store (after the
+        store's commit: a crash between the two is repaired here next time)."""
+        store_id = self.get_meta(_STORE_ID_KEY)
+        if store_id is None:  # removed by hand: the store is still this one
+            store_id = str(uuidlib.uuid4())
+            self.set_meta(_STORE_ID_KEY, store_id)
+        marker = identity.read_store_marker(self._state_path)
+        if marker == store_id:
+            return
+        if marker is not None:
+            LOG.warning(
+                "State store %s is store %s, not %s as %s said; recording the store found",
+                self.path,
+                store_id,
+                marker,
+                identity.STORE_FILE_NAME,
+            )
+        identity.write_store_marker(self._state_path, store_id)
 
     def _release_lock(self):
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the descriptor drops the flock
             self._lock_fd = None
-
-    def _check_schema(self):
-        found = self.get_meta("schema_version")
-        if found is None or int(found) < SCHEMA_VERSION:
-            self.set_meta("schema_version", str(SCHEMA_VERSION))
-        elif int(found) > SCHEMA_VERSION:
-            raise errors.StateError(
-                path=self.path,
-                reason=f"schema version {found} is newer than this rtagent "
-                f"understands ({SCHEMA_VERSION}); run the newer rtagent",
-            )
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -146,12 +279,15 @@ class Store:
                     self._db.execute("ROLLBACK")
                 raise
 
-    def _write(self, sql, params):
-        try:
-            with self._transaction():
-                self._db.execute(sql, params)
-        except sqlite3.Error as exc:
-            raise errors.StateError(path=self.path, reason=str(exc)) from exc
+    def _set_meta_rows(self, pairs):
+        """Set (key, value) pairs; a None value deletes the key. Transaction held."""
+        for key, value in pairs:
+            if value is None:
+                self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
+                )
 
     def get_meta(self, key):
         with self._mutex:
@@ -159,10 +295,11 @@ class Store:
         return row[0] if row else None
 
     def set_meta(self, key, value):
-        self._write("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+        """Set (or, with None, delete) one metadata key; durable on return."""
+        self.apply(None, Changes(meta=((key, value),)))
 
     def delete_meta(self, key):
-        self._write("DELETE FROM meta WHERE key = ?", (key,))
+        self.set_meta(key, None)
 
     def load_instances(self, node_uuid):
         """Every instance tracked on ``node_uuid``, sorted by UUID."""
@@ -198,7 +335,9 @@ class Store:
         return frozenset(uuid for (uuid,) in rows)
 
     def apply(self, node_uuid, changes):
-        """Write a :class:`rtagent.tracker.state.Changes` in ONE transaction.
+        """Write a :class:`rtagent.tracker.state.Changes` of ``node_uuid``
+        in ONE transaction; rows of other nodes are never touched. Its
+        ``meta`` pairs are written as given (a None value deletes the key).
 
         Durable when this returns; on error nothing of it was written.
 
@@ -206,42 +345,44 @@ class Store:
         """
         try:
             with self._transaction():
-                for instance in changes.put_instances:
-                    self._db.execute(
-                        "INSERT OR REPLACE INTO instances (uuid, node_uuid, body) VALUES (?, ?, ?)",
-                        (instance.uuid, node_uuid, _dump(instance)),
-                    )
-                for uuid in changes.delete_instances:
-                    self._db.execute("DELETE FROM instances WHERE uuid = ?", (uuid,))
-                for migration in changes.put_migrations:
-                    self._db.execute(
-                        "INSERT OR REPLACE INTO migrations (uuid, node_uuid, body)"
-                        " VALUES (?, ?, ?)",
-                        (migration.uuid, node_uuid, _dump(migration)),
-                    )
-                for uuid in changes.delete_migrations:
-                    self._db.execute("DELETE FROM migrations WHERE uuid = ?", (uuid,))
-                for uuid in changes.put_released:
-                    self._db.execute(
-                        "INSERT OR REPLACE INTO released (uuid, node_uuid) VALUES (?, ?)",
-                        (uuid, node_uuid),
-                    )
-                for uuid in changes.delete_released:
-                    self._db.execute("DELETE FROM released WHERE uuid = ?", (uuid,))
+                self._apply(node_uuid, changes)
         except sqlite3.Error as exc:
             raise errors.StateError(path=self.path, reason=str(exc)) from exc
 
+    def _apply(self, node_uuid, changes):
+        put = "INSERT OR REPLACE INTO {} (node_uuid, uuid, body) VALUES (?, ?, ?)"
+        delete = "DELETE FROM {} WHERE node_uuid = ? AND uuid = ?"
+        for instance in changes.put_instances:
+            self._db.execute(put.format("instances"), (node_uuid, instance.uuid, _dump(instance)))
+        for uuid in changes.delete_instances:
+            self._db.execute(delete.format("instances"), (node_uuid, uuid))
+        for migration in changes.put_migrations:
+            self._db.execute(
+                put.format("migrations"), (node_uuid, migration.uuid, _dump(migration))
+            )
+        for uuid in changes.delete_migrations:
+            self._db.execute(delete.format("migrations"), (node_uuid, uuid))
+        for uuid in changes.put_released:
+            self._db.execute(
+                "INSERT OR REPLACE INTO released (node_uuid, uuid) VALUES (?, ?)",
+                (node_uuid, uuid),
+            )
+        for uuid in changes.delete_released:
+            self._db.execute(delete.format("released"), (node_uuid, uuid))
+        self._set_meta_rows(changes.meta)
+
     def put_instance(self, node_uuid, instance):
-        """Insert or replace one instance; durable when this returns."""
+        """Insert or replace one instance of ``node_uuid``; durable on return."""
         self.apply(node_uuid, Changes(put_instances=(instance,)))
 
-    def delete_instance(self, instance_uuid):
-        """Forget one instance; durable when this returns."""
-        self.apply(None, Changes(delete_instances=(instance_uuid,)))
+    def delete_instance(self, node_uuid, instance_uuid):
+        """Forget one instance of ``node_uuid``; durable on return."""
+        self.apply(node_uuid, Changes(delete_instances=(instance_uuid,)))
 
     def close(self):
         """Close the database and release the state directory. Idempotent."""
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
         self._release_lock()
 
 

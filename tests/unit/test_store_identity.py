@@ -8,6 +8,7 @@ import pytest
 
 from rtagent.tracker import errors, identity
 from rtagent.tracker.model import DISK_GB, VCPU, Flavor, Instance, frozen_map
+from rtagent.tracker.state import Changes
 from rtagent.tracker.store import Store
 
 
@@ -35,9 +36,40 @@ def test_store_round_trips_instances_per_node(tmp_path):
     store.close()
     reopened = Store(str(tmp_path))
     assert reopened.load_instances("node-a") == [a]
-    reopened.delete_instance(a.uuid)
+    reopened.delete_instance("node-a", a.uuid)
     assert reopened.load_instances("node-a") == []
     reopened.close()
+
+
+def test_rows_are_keyed_by_node_and_uuid(tmp_path):
+    # A move between two nodes of one agent holds the instance, the move and
+    # (after it) the released consumer on both nodes at once.
+    inst = Instance(str(uuid.uuid4()), Flavor(1, 64), frozen_map({VCPU: 1}))
+    store = Store(str(tmp_path))
+    for node in ("node-a", "node-b"):
+        store.apply(node, Changes(put_instances=(inst,), put_released=(inst.uuid,)))
+    store.apply("node-a", Changes(delete_instances=(inst.uuid,)))
+    store.apply("node-b", Changes(delete_released=(inst.uuid,)))
+    store.close()
+    reopened = Store(str(tmp_path))
+    assert reopened.load_instances("node-a") == []
+    assert reopened.load_instances("node-b") == [inst]
+    assert reopened.load_released("node-a") == {inst.uuid}
+    assert reopened.load_released("node-b") == frozenset()
+    reopened.close()
+
+
+def test_apply_writes_metadata_in_the_same_transaction(tmp_path):
+    store = Store(str(tmp_path))
+    store.set_meta("gone", "soon")
+    inst = Instance(str(uuid.uuid4()), Flavor(1, 64), frozen_map({VCPU: 1}))
+    store.apply("n", Changes(put_instances=(inst,), meta=(("k", "v"), ("gone", None))))
+    assert (store.get_meta("k"), store.get_meta("gone")) == ("v", None)
+    # a failed transaction writes none of it
+    with pytest.raises(errors.StateError):
+        store.apply("n", Changes(put_instances=(inst,), meta=(("k", "w"), ("x", 1j))))
+    assert store.get_meta("k") == "v"
+    store.close()
 
 
 def test_store_refuses_a_newer_schema(tmp_path):
@@ -128,3 +160,90 @@ def test_a_second_store_on_the_same_state_path_is_refused(tmp_path):
         Store(str(tmp_path))
     first.close()
     Store(str(tmp_path)).close()  # released on close
+
+
+# -- a store lost beside an existing identity ---------------------------------
+
+
+def claim_three(state):
+    store = Store(str(state))
+    node = identity.load_or_create(str(state), store)
+    for _ in range(3):
+        store.put_instance(node, Instance(str(uuid.uuid4()), Flavor(1, 64), frozen_map({VCPU: 1})))
+    store.close()
+    return node
+
+
+def test_a_new_store_is_marked_beside_it(tmp_path):
+    store = Store(str(tmp_path))
+    marker = tmp_path / identity.STORE_FILE_NAME
+    assert marker.read_text().strip() == store.get_meta("store_id")
+    assert mode(marker) == 0o600
+    store.close()
+
+
+def test_first_start_beside_novas_compute_id_is_allowed(tmp_path):
+    # nova's file, no rtagent file yet: the documented first start
+    nova_uuid = str(uuid.uuid4())
+    (tmp_path / "compute_id").write_text(nova_uuid + "\n")
+    store = Store(str(tmp_path))
+    assert identity.load_or_create(str(tmp_path), store) == nova_uuid
+    assert (tmp_path / identity.STORE_FILE_NAME).exists()
+    store.close()
+
+
+@pytest.mark.parametrize("loss", ["deleted", "zero-length"])
+def test_a_lost_store_beside_its_marker_is_refused(tmp_path, loss):
+    claim_three(tmp_path)
+    db = tmp_path / "rtagent.sqlite"
+    if loss == "deleted":
+        db.unlink()
+    else:
+        db.write_bytes(b"")
+    with pytest.raises(errors.StateError, match="--accept-empty-state") as caught:
+        Store(str(tmp_path))
+    assert "is missing or empty" in str(caught.value)
+    assert db.stat().st_size == 0  # nothing was written
+    with pytest.raises(errors.StateError):  # and it stays refused
+        Store(str(tmp_path))
+
+
+def test_a_lost_store_of_an_rtagent_older_than_the_marker_is_refused(tmp_path):
+    # schema 3 wrote no marker, but its lock file says rtagent ran here
+    claim_three(tmp_path)
+    os.unlink(tmp_path / identity.STORE_FILE_NAME)
+    os.unlink(tmp_path / "rtagent.sqlite")
+    with pytest.raises(errors.StateError, match=r"rtagent\.lock shows rtagent ran here"):
+        Store(str(tmp_path))
+
+
+def test_accepting_an_empty_store_starts_empty_and_marks_it(tmp_path):
+    node = claim_three(tmp_path)
+    old_marker = (tmp_path / identity.STORE_FILE_NAME).read_text()
+    os.unlink(tmp_path / "rtagent.sqlite")
+    store = Store(str(tmp_path), accept_empty=True)
+    assert identity.load_or_create(str(tmp_path), store) == node  # restored from the file
+    assert store.load_instances(node) == []
+    assert (tmp_path / identity.STORE_FILE_NAME).read_text() != old_marker
+    store.close()
+    Store(str(tmp_path)).close()  # the new store is this directory's store now
+
+
+def test_a_marker_lost_beside_its_store_is_rewritten(tmp_path):
+    claim_three(tmp_path)
+    marker = tmp_path / identity.STORE_FILE_NAME
+    expected = marker.read_text()
+    marker.unlink()
+    Store(str(tmp_path)).close()
+    assert marker.read_text() == expected
+
+
+def test_the_marker_is_never_written_through_a_symlink(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    state = tmp_path / "state"
+    state.mkdir()
+    os.symlink(target, state / (identity.STORE_FILE_NAME + ".tmp"))
+    Store(str(state)).close()
+    assert target.read_text() == "keep"
+    assert not os.path.islink(state / identity.STORE_FILE_NAME)
