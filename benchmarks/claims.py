@@ -26,8 +26,8 @@ import threading
 import time
 import uuid
 
+from rtagent import builder
 from rtagent import conf as rtconf
-from rtagent import service
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.tracker.model import Flavor
 
@@ -126,7 +126,7 @@ def build_agent(workdir, endpoint):
     conf.set_override("count_untracked_domains", False, group="rtagent")
     from tests.functional.conftest import make_adapter
 
-    return service.build_agent(conf, adapter=make_adapter(endpoint))
+    return builder.build_agent(conf, adapter=make_adapter(endpoint))
 
 
 def main():

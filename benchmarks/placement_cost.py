@@ -32,8 +32,8 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from rtagent import builder
 from rtagent import conf as rtconf
-from rtagent import service
 from rtagent.placement.client import PlacementClient, RequestObserver
 from rtagent.placement.standalone import claim_standalone
 from rtagent.testing.placement_server import PlacementServer
@@ -94,7 +94,7 @@ def measure(n):
         with PlacementServer() as placement:
             api = placement.admin_adapter()
             counter = Counter()
-            agent = service.build_agent(
+            agent = builder.build_agent(
                 make_conf(workdir), adapter=placement.admin_adapter(), observer=counter
             )
             try:

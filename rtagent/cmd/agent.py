@@ -131,10 +131,10 @@ def main(argv=None):
 def _dispatch(conf, argv):
     if conf.command.name == "run":
         return _run(conf, argv)
-    from rtagent import service
+    from rtagent import builder
 
     try:
-        agent = service.build_agent(conf)
+        agent = builder.build_agent(conf)
     except exception.RtagentError as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

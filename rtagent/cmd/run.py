@@ -4,7 +4,7 @@ import logging
 import signal
 from importlib import metadata
 
-from rtagent import daemon, health_server, metrics, periodic, service, systemd
+from rtagent import builder, daemon, health_server, metrics, periodic, systemd
 from rtagent.rpc import notifier as notifiermod
 from rtagent.rpc import transport
 from rtagent.rpc.endpoint import AgentEndpoint
@@ -24,7 +24,7 @@ def build_and_run(conf, reload_conf):
     # what its hypervisor events pull (the loop's trigger) exist first.
     meter = metrics.Metrics()
     trigger = periodic.Trigger()
-    agent = service.build_agent(conf, observer=meter.observer(), on_change=trigger.pull)
+    agent = builder.build_agent(conf, observer=meter.observer(), on_change=trigger.pull)
     rpc_transport = notify_transport = None
     try:
         publisher = None
@@ -79,7 +79,7 @@ def apply_conf(conf, new, agent):
     """Apply a reloaded configuration: ratios and reserved amounts, log
     levels, provider config files; drop the cached Placement view so the
     next audit re-reads it."""
-    policy = service.policy_from_conf(new)
+    policy = builder.policy_from_conf(new)
     # Log levels: oslo.log's mutate hook applies [DEFAULT] debug.
     conf.mutate_config_files()
     for tracker in agent.nodes.trackers():

@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 
+from rtagent import builder
 from rtagent import conf as rtconf
-from rtagent import service
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.client import RequestObserver
 from rtagent.testing.placement_server import admin_adapter as make_adapter
@@ -102,7 +102,7 @@ def make_agent(placement, make_conf):
     agents = []
 
     def make(conf=None, observer=None, make_backoff=None):
-        agent = service.build_agent(
+        agent = builder.build_agent(
             conf or make_conf(),
             adapter=make_adapter(placement.endpoint),
             observer=observer,

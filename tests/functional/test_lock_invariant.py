@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from rtagent import service
+from rtagent import builder
 from rtagent.placement.desired import desired_tree
 from rtagent.placement.errors import AllocationRefused
 from rtagent.testing.placement_server import admin_adapter as make_adapter
@@ -159,7 +159,7 @@ def build(placement, make_conf, placement_lock):
                 events=True,
                 observer=checker.libvirt,
             )
-        agent = service.build_agent(
+        agent = builder.build_agent(
             conf,
             driver=driver,
             adapter=OneAtATime(make_adapter(placement.endpoint), placement_lock),

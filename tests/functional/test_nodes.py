@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from rtagent import service
+from rtagent import builder
 from rtagent.tracker import errors
 from rtagent.tracker.model import Flavor
 from rtagent.virt.driver import HostDriver
@@ -35,7 +35,7 @@ class NodesDriver(HostDriver):
 @pytest.fixture
 def two_node_agent(placement, make_conf):
     driver = NodesDriver([NODE_A, NODE_B])
-    agent = service.build_agent(
+    agent = builder.build_agent(
         make_conf(), driver=driver, adapter=make_adapter(placement.endpoint)
     )
     yield agent, driver
@@ -85,7 +85,7 @@ def test_a_node_that_disappears_leaves_the_view_and_comes_back_with_its_claims(
 
 def test_a_single_renamed_node_keeps_its_uuid(placement, make_conf, operator):
     driver = NodesDriver([NODE_A])
-    agent = service.build_agent(
+    agent = builder.build_agent(
         make_conf(), driver=driver, adapter=make_adapter(placement.endpoint)
     )
     try:

@@ -16,8 +16,8 @@ import uuid
 
 import pytest
 
+from rtagent import builder
 from rtagent import conf as rtconf
-from rtagent import service
 from rtagent.periodic import PeriodicLoop
 from rtagent.placement import errors
 from rtagent.placement.client import RequestObserver
@@ -151,7 +151,7 @@ def test_four_writers_for_30_seconds_then_convergence(placement_pg, tmp_path):
     (tmp_path / "instances").mkdir()
     conf.set_override("instances_path", str(tmp_path / "instances"), group="libvirt")
     counter = Counter()
-    agent = service.build_agent(conf, adapter=placement_pg.admin_adapter(), observer=counter)
+    agent = builder.build_agent(conf, adapter=placement_pg.admin_adapter(), observer=counter)
     stop = threading.Event()
     writers = []
     loop_thread = None

@@ -99,11 +99,11 @@ def test_nova_default_instances_path():
 
 
 def test_zero_ratio_means_unset_as_in_nova(tmp_path):
-    from rtagent import service
+    from rtagent import builder
     from rtagent.resources import MEMORY_MB, VCPU
 
     conf = load(tmp_path, f"[DEFAULT]\nstate_path = {tmp_path}\nram_allocation_ratio = 0.0\n")
     validation.validate(conf)
-    policy = service.policy_from_conf(conf)
+    policy = builder.policy_from_conf(conf)
     assert policy.managed_ratio(MEMORY_MB) is None
     assert policy.managed_ratio(VCPU) is None

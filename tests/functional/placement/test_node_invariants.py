@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from rtagent import service
+from rtagent import builder
 from rtagent.placement import errors as placement_errors
 from rtagent.placement.allocations import AllocationHealer, HealBudget
 from rtagent.placement.standalone import claim_standalone
@@ -25,7 +25,7 @@ RES = {"VCPU": 1, "MEMORY_MB": 256}
 
 @pytest.fixture
 def two_nodes(placement, make_conf):
-    agent = service.build_agent(
+    agent = builder.build_agent(
         make_conf(), driver=NodesDriver([NODE_A, NODE_B]), adapter=make_adapter(placement.endpoint)
     )
     result = agent.audit()

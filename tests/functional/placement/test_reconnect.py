@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from rtagent import service
+from rtagent import builder
 from rtagent.metrics import Metrics
 from rtagent.placement import errors, standalone
 from rtagent.placement.allocations import AllocationHealer
@@ -110,7 +110,7 @@ def test_agent_audit_survives_a_stale_connection(proxy, metrics, make_conf):
     """The benchmark's failure: the tick's one read lands on a pooled
     connection that just died. It used to fail the audit (and put the node
     into backoff in the daemon)."""
-    agent = service.build_agent(
+    agent = builder.build_agent(
         make_conf(), adapter=admin_adapter(proxy.endpoint), observer=metrics.observer()
     )
     try:

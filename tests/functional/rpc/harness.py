@@ -3,8 +3,8 @@ benchmarks: the libvirt test driver's demo host and a real Placement."""
 
 import os
 
+from rtagent import builder
 from rtagent import conf as rtconf
-from rtagent import service
 from rtagent.rpc import transport
 from rtagent.rpc.client import AgentClient
 from rtagent.rpc.endpoint import AgentEndpoint
@@ -39,7 +39,7 @@ class ServedAgent:
 
     def __init__(self, conf, placement_endpoint):
         self.conf = conf
-        self.agent = service.build_agent(conf, adapter=make_adapter(placement_endpoint))
+        self.agent = builder.build_agent(conf, adapter=make_adapter(placement_endpoint))
         try:
             self.agent.audit()
             self.transport = transport.get_transport(conf)

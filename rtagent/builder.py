@@ -1,4 +1,5 @@
-"""Assemble an agent from configuration: the only place that reads conf.
+"""The builder: an agent assembled from configuration (the only place that reads conf;
+the service that runs it is :mod:`rtagent.daemon`).
 
 Everything below this module receives plain values (a policy, a URI, an
 adapter), never the ConfigOpts object.
