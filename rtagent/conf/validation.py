@@ -37,7 +37,7 @@ def validate(conf, uri_validator=None):
     ):
         for opt in opts:
             _read(conf, group, opt.dest)
-    # (A configured ratio of 0.0 means "unset", as in nova; see service.py.)
+    # (A configured ratio of 0.0 means "unset", as in nova; see builder.py.)
     for name in ("initial_" + n for n in default.RATIO_OPTS):
         if conf[name] <= 0:
             raise ConfigError(group="DEFAULT", option=name, reason=f"{conf[name]} must be > 0")

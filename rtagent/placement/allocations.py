@@ -47,6 +47,8 @@ class HealResult:
         last seen), to be healed on a later pass.
     :param conflicts: consumers whose write lost to a concurrent writer.
     :param deferred: consumers the budget left for a later pass.
+    :param restored: consumers that became live again just as their
+        allocations were removed, which were then put back.
     """
 
     healed: frozenset = frozenset()
@@ -54,6 +56,7 @@ class HealResult:
     pending: frozenset = frozenset()
     conflicts: frozenset = frozenset()
     deferred: frozenset = frozenset()
+    restored: frozenset = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +111,7 @@ class AllocationHealer:
         providers = frozenset(providers)
         released = frozenset(released)
         self._seen = {c: g for c, g in self._seen.items() if c in released}
-        healed, pending, conflicts, removed = set(), set(), set(), {}
+        healed, pending, conflicts, restored, removed = set(), set(), set(), set(), {}
         order = sorted(released, key=lambda c: (c not in self._seen, c))
         deadline = self._clock() + self._budget.max_seconds
         deferred = frozenset()
@@ -147,6 +150,13 @@ class AllocationHealer:
                 conflicts.add(consumer)
                 continue
             self._seen.pop(consumer, None)
+            if still_released is not None and not still_released(consumer):
+                # Its claim arrived between our check and our write (a
+                # retried standalone claim that found its allocation present,
+                # a late claim): it is live again, so put back what we took.
+                self._restore(consumer, ours, body)
+                restored.add(consumer)
+                continue
             healed.add(consumer)
             removed[consumer] = ours
             LOG.warning(
@@ -169,6 +179,37 @@ class AllocationHealer:
             pending=frozenset(pending),
             conflicts=frozenset(conflicts),
             deferred=deferred,
+            restored=frozenset(restored),
+        )
+
+    def _restore(self, consumer, ours, owner):
+        """Put ``ours`` back on a consumer that became live again after our
+        write removed it; what others wrote meanwhile is kept."""
+        body = self._client.get_allocations(consumer)
+        current = {rp: dict(a["resources"]) for rp, a in (body.get("allocations") or {}).items()}
+        if all(rp in current for rp in ours):
+            return  # its owner wrote it again already
+        try:
+            self._client.put_allocations(
+                consumer,
+                {**current, **ours},
+                consumer_generation=body["consumer_generation"],
+                project_id=owner["project_id"],
+                user_id=owner["user_id"],
+                consumer_type=owner.get("consumer_type") or DEFAULT_CONSUMER_TYPE,
+            )
+        except errors.GenerationConflict:
+            LOG.error(
+                "Consumer %s became live while its allocations %s were being healed, and "
+                "changed again before they could be put back: check it",
+                consumer,
+                ours,
+            )
+            return
+        LOG.warning(
+            "Consumer %s became live while being healed: its allocations %s are put back",
+            consumer,
+            ours,
         )
 
 

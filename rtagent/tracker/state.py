@@ -184,10 +184,23 @@ class NodeState:
         )
 
     def without_migrations(self, uuids):
+        """Drop these moves. An incoming move that ends without its instance
+        living here (reverted, dropped as stale, superseded before it
+        finished) leaves an allocation here that nothing holds: the instance
+        is released again, so that healing can remove it."""
         uuids = set(uuids)
+        gone = [self.migrations[u] for u in uuids if u in self.migrations]
+        back = {
+            m.instance_uuid
+            for m in gone
+            if m.dest_node == self.node_uuid
+            and not m.same_node
+            and m.instance_uuid not in self.instances
+        }
         return dataclasses.replace(
             self,
             migrations=frozen_map({k: v for k, v in self.migrations.items() if k not in uuids}),
+            released=self.released | back,
         )
 
     def migrations_of(self, instance_uuid):

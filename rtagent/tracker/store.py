@@ -134,9 +134,15 @@ class Store:
         ensure_private_dir(state_path)
         self.path = os.path.join(state_path, DB_NAME)
         self._state_path = state_path
-        # Before we create it: an rtagent older than the store marker left
-        # only this file behind to say that it ran here.
-        ran_here = os.path.lexists(os.path.join(state_path, LOCK_NAME))
+        # Before we create the lock file: an rtagent older than the store
+        # marker left only these to say that it ran here with a store. Both
+        # old and new code write compute_id only once their store exists, so
+        # a first start that failed before that (lock file only), and
+        # nova's compute_id copied into a fresh directory (no lock file),
+        # are first starts, not lost stores.
+        ran_here = os.path.lexists(os.path.join(state_path, LOCK_NAME)) and os.path.lexists(
+            os.path.join(state_path, identity.FILE_NAME)
+        )
         self._lock_fd = _lock_exclusively(state_path)
         # One connection shared by the trackers of all nodes, each under its
         # own lock: this mutex keeps their transactions from interleaving.
@@ -206,7 +212,11 @@ class Store:
         marker = identity.read_store_marker(self._state_path)
         if marker is None and not ran_here:
             return  # a first start (perhaps beside nova's compute_id)
-        was = f"store {marker} was here" if marker else f"{LOCK_NAME} shows rtagent ran here"
+        was = (
+            f"store {marker} was here"
+            if marker
+            else f"{LOCK_NAME} and {identity.FILE_NAME} show rtagent ran here"
+        )
         if accept_empty:
             LOG.warning(
                 "State store %s is missing or empty but %s: starting with no claims, "

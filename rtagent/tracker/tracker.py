@@ -25,7 +25,7 @@ import time
 from oslo_concurrency import lockutils
 
 from rtagent.resources import frozen_map
-from rtagent.tracker import claims, drift, ledger, moves, requests, view
+from rtagent.tracker import claims, drift, errors, ledger, moves, requests, view
 from rtagent.tracker.model import Claim, check_uuid
 from rtagent.tracker.state import NodeState, changes, fit_context, snapshot_of
 
@@ -249,22 +249,31 @@ class Tracker:
         """Undo the standalone claim that returned ``token``, and nothing
         else: a claim that is not (or no longer) that pending claim stays.
 
+        If the durable write fails, the claim stays as an ordinary claim
+        (logged as an error: abort it once the store works again) rather
+        than pending for ever, which would refuse every call on it.
+
         :param forget: also forget it as released (Placement holds nothing
             of it, so healing has nothing to do).
         :returns: True if the claim was removed.
         """
-
-        def roll_back(state):
-            if state.pending.get(instance_uuid) != token:
-                return state
-            state = claims.remove_instance(state, instance_uuid, token)
-            return state.forget_released([instance_uuid]) if forget else state
-
-        before = self._state
-        removed = self._update("roll_back_pending", instance_uuid, roll_back) is not before
-        if removed:
-            LOG.info("Rolled back the standalone claim of instance %s", instance_uuid)
-        return removed
+        with self._locked("roll_back_pending", instance_uuid):
+            if self._state.pending.get(instance_uuid) != token:
+                return False
+            new = claims.remove_instance(self._state, instance_uuid, token)
+            try:
+                self._commit(new.forget_released([instance_uuid]) if forget else new)
+            except errors.StateError:
+                # Pending is not durable: dropping it writes nothing.
+                self._commit(self._state.without_pending(instance_uuid))
+                LOG.error(
+                    "Could not roll back the standalone claim of instance %s (the state "
+                    "store failed); it stays claimed: abort it when the store works again",
+                    instance_uuid,
+                )
+                return False
+        LOG.info("Rolled back the standalone claim of instance %s", instance_uuid)
+        return True
 
     def abort_instance_claim(self, instance_uuid):
         """Release an instance's claim. Returns False if there was none.

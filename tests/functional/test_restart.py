@@ -193,7 +193,7 @@ def test_a_lost_store_of_a_directory_written_by_schema_3_is_refused(tmp_path):
     os.chmod(state, 0o700)
     (state / "rtagent.sqlite").unlink()
     line = one_line_refusal(rtagent("--config-file", str(conf), "audit"))
-    assert "rtagent.lock shows rtagent ran here" in line, line
+    assert "rtagent.lock and compute_id show rtagent ran here" in line, line
 
 
 def test_first_start_beside_novas_compute_id_keeps_novas_provider(tmp_path, placement_process):

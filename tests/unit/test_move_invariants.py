@@ -148,3 +148,21 @@ def test_a_pending_claim_refuses_other_calls_and_only_its_token_removes_it():
         claims.remove_instance(state, INST, token=8)
     gone = claims.remove_instance(state, INST, token=7)
     assert INST not in gone.instances and not gone.pending
+
+
+@pytest.mark.parametrize("undo", ["revert", "stale"])
+def test_a_move_back_that_never_lands_releases_the_instance_again(undo):
+    """The move back made the instance active at A; if it ends without the
+    instance living at A (reverted, or dropped as stale by the instance's
+    migration context), its allocation at A is dead again: healable."""
+    state = holding(A)
+    state = moves.start_move(state, None, move("live-migration", A, B, TINY, TINY))
+    state = moves.finish_move(state, MIG)
+    state = state.forget_released([INST])  # healed meanwhile, say
+    state = moves.start_move(state, CTX, move("migration", B, A, TINY, TINY, uuid=MIG2))
+    assert INST not in state.healable()
+    if undo == "revert":
+        state = moves.revert_move(state, MIG2)
+    else:
+        state, _ = moves.drop_stale(state, INST, None)
+    assert INST in state.healable()

@@ -213,7 +213,7 @@ def test_a_lost_store_of_an_rtagent_older_than_the_marker_is_refused(tmp_path):
     claim_three(tmp_path)
     os.unlink(tmp_path / identity.STORE_FILE_NAME)
     os.unlink(tmp_path / "rtagent.sqlite")
-    with pytest.raises(errors.StateError, match=r"rtagent\.lock shows rtagent ran here"):
+    with pytest.raises(errors.StateError, match=r"rtagent\.lock and compute_id show"):
         Store(str(tmp_path))
 
 
@@ -247,3 +247,16 @@ def test_the_marker_is_never_written_through_a_symlink(tmp_path):
     Store(str(state)).close()
     assert target.read_text() == "keep"
     assert not os.path.islink(state / identity.STORE_FILE_NAME)
+
+
+def test_a_first_start_that_failed_before_its_store_existed_starts_again(tmp_path):
+    """Only the lock file (and perhaps an empty database) is left: no
+    compute_id was ever written, so no store with claims existed."""
+    (tmp_path / "rtagent.lock").write_text("4242")
+    (tmp_path / "rtagent.sqlite").write_bytes(b"")
+    os.chmod(tmp_path, 0o700)
+    store = Store(str(tmp_path))
+    try:
+        assert identity.read_store_marker(str(tmp_path)) is not None
+    finally:
+        store.close()

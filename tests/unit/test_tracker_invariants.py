@@ -124,3 +124,17 @@ def test_the_whole_node_state_survives_a_restart(tmp_path):
     snap = third.update_host(HOST)
     assert snap.disabled is None and snap.stats["failed_builds"] == "0"
     store.close()
+
+
+def test_a_rollback_the_store_cannot_write_leaves_an_ordinary_claim(tmp_path):
+    """Not a claim pending for ever (which would refuse every later call)."""
+    tracker, store = make_tracker(tmp_path)
+    tracker.update_host(HOST)
+    x = str(uuid.uuid4())
+    claim = tracker.instance_claim(x, TINY, pending=True)
+    with pytest.raises(errors.ClaimPending):
+        tracker.instance_claim(x, TINY)
+    store.close()  # every durable write fails from here on
+    assert tracker.roll_back_pending(x, claim.token) is False
+    assert tracker.instance_claim(x, TINY).created is False  # no write needed
+    assert x in {i.uuid for i in tracker.snapshot().instances}

@@ -51,8 +51,7 @@ class LibvirtDriver(driver.HostDriver):
         first open) for lifecycle events, close detection and keepalive.
     :param on_change: callable with no arguments, called (from the event
         thread) when a domain starts, stops, is defined or undefined, or the
-        connection is lost; the agent passes ``PeriodicLoop.trigger``. May
-        also be set later as an attribute.
+        connection is lost; the agent passes its loop's ``Trigger.pull``.
     :param keepalive: ``(interval s, count)``; needs ``events``.
     :param observer: a :class:`rtagent.virt.libvirt.calls.CallObserver`
         told, on the calling thread, before every libvirt call this driver

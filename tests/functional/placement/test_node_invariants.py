@@ -205,3 +205,34 @@ def test_a_standalone_retry_racing_a_timed_out_write_is_not_lost(make_agent, cli
     assert outcome == ["retry"]
     # released, not forgotten: if the write landed after all, healing removes it
     assert x in agent.tracker.snapshot().healable
+
+
+def test_a_claim_granted_while_its_allocation_is_healed_gets_it_back(
+    make_agent, operator, client, recorder
+):
+    """A standalone write landed but timed out, so X was released; healing
+    sees X once. On the next pass, between the healer's check and its write,
+    the caller's retry finds its allocation present and is granted. The
+    healer's write then removes it: it must put it back."""
+    agent = make_agent()
+    agent.audit()
+    node = agent.tracker.node_uuid
+    x = str(uuid.uuid4())
+    claim = agent.tracker.instance_claim(x, TINY, pending=True)
+    put_allocation(operator, x, {node: RES}, consumer_type="INSTANCE")
+    agent.tracker.roll_back_pending(x, claim.token)  # the write "timed out"
+    healer = AllocationHealer(client)
+    still = lambda consumer: consumer in agent.tracker.snapshot().healable  # noqa: E731
+    assert healer.heal(agent.tracker.snapshot().healable, [node], still).pending == {x}
+    granted = []
+
+    def retry():
+        granted.append(
+            claim_standalone(agent.tracker, client, x, TINY, project_id="proj", user_id="user")
+        )
+
+    blocked_put(recorder, x, retry)
+    result = healer.heal(agent.tracker.snapshot().healable, [node], still)
+    assert granted and x in {i.uuid for i in agent.tracker.snapshot().instances}
+    assert result.restored == {x} and x not in result.healed
+    assert allocations_of(operator, x) == {node: RES}
