@@ -107,7 +107,14 @@ def show(conductor, placement, deleted):
         )
         print("  " + "  ".join(f"{v!s:>10}" for v in row))
     drift = status["drift"]
-    print(f"  agent: {status['instances']} instance(s), sync {status['sync']}")
+    sync = status["sync"] or {}
+    node = sync.get("placement") or {}
+    print(
+        f"  agent: {status['instances']} instance(s); Placement in sync: "
+        f"{node.get('in_sync')}, {sync.get('audits')} audits, last error: "
+        f"{node.get('last_error')}, unknown consumers: {len(node.get('unknown_consumers', []))}, "
+        f"healing backlog: {node.get('healing_backlog')}"
+    )
     print(
         f"  agent: domains on the host with no claim (counted as used): "
         f"{len(drift['untracked_domains'])}"
