@@ -1,39 +1,66 @@
-"""The node's persistent identity: one UUID, created once, never replaced.
+"""The node's persistent identity, and the state directory that holds it.
 
-The UUID names the root resource provider in Placement. Losing it would make
-the next start register a second provider for the same host (an operator
-pain with nova-compute), so it lives in ``state_path/compute_id`` (the file
-name nova-compute uses, so an rtagent pointed at nova's state directory
-keeps nova's provider) and a copy lives in the store. A missing file is
-restored from the store; a file that disagrees with the store, or that does
-not hold a UUID, stops the agent with instructions instead of guessing.
+The node UUID names the root resource provider in Placement. Losing it would
+make the next start register a second provider for the same host (an
+operator pain with nova-compute), so it lives in ``state_path/compute_id``
+(the file name nova-compute uses, so an rtagent pointed at nova's state
+directory keeps nova's provider) and a copy lives in the store. A missing
+file is restored from the store; a file that disagrees with the store, or
+that does not hold a UUID, stops the agent with instructions instead of
+guessing.
 
 The store has an identity too: a random id in its metadata, copied to
 ``state_path/rtagent.store_id`` once the store exists. Only rtagent writes
 that file, so it tells a first start (perhaps beside nova's ``compute_id``)
 from a start whose store was lost (see :class:`~rtagent.tracker.store.Store`).
+
+The agent runs as root. A link planted in its state directory would make it
+truncate or overwrite a file of the planter's choosing, so the directory
+must belong to the agent's user with no group or other write
+(:class:`StateDir`), and every file in it is opened relative to the
+directory's descriptor, never through a symlink, and only if it is a
+regular file.
 """
 
 import contextlib
+import errno
 import os
+import pwd
+import stat
 import uuid as uuidlib
 
 from rtagent.tracker import errors
 
 FILE_NAME = "compute_id"
 STORE_FILE_NAME = "rtagent.store_id"
+# Every name this module writes (write_atomically adds ".tmp").
+NAMES = (FILE_NAME, FILE_NAME + ".tmp", STORE_FILE_NAME, STORE_FILE_NAME + ".tmp")
 _META_KEY = "node_uuid"
+_MAX_READ = 4096  # a UUID and a newline; never read a planted giant whole
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def load_or_create(state_path, store, new_uuid=None):
     """Return the node UUID, creating and persisting it on first start.
 
+    :param state_path: the directory ``store`` was opened on; its files are
+        read and written through ``store.state_dir``.
     :param new_uuid: the UUID to use if none exists yet (tests pin it).
     :raises NodeIdentityError: the file is unreadable, malformed, or
         disagrees with the store.
+    :raises StateError: the file is a symlink or not a regular file.
     """
-    path = os.path.join(state_path, FILE_NAME)
-    from_file = _read(path)
+    state_dir = store.state_dir
+    if os.path.normpath(state_path) != os.path.normpath(state_dir.path):
+        raise ValueError(f"store of {state_dir.path} given for {state_path}")
+    path = state_dir.join(FILE_NAME)
+    from_file = _read(state_dir)
     from_store = store.get_meta(_META_KEY)
     if from_file and from_store and from_file != from_store:
         raise errors.NodeIdentityError(
@@ -44,18 +71,22 @@ def load_or_create(state_path, store, new_uuid=None):
         )
     node_uuid = from_file or from_store or str(new_uuid or uuidlib.uuid4())
     if not from_file:
-        _write_atomically(path, node_uuid)
+        try:
+            state_dir.write_atomically(FILE_NAME, node_uuid + "\n")
+        except OSError as exc:
+            raise errors.NodeIdentityError(path=path, reason=f"cannot be written: {exc}") from exc
     if not from_store:
         store.set_meta(_META_KEY, node_uuid)
     return node_uuid
 
 
-def _read(path):
+def _read(state_dir):
+    path = state_dir.join(FILE_NAME)
     try:
-        with open(path, encoding="ascii") as f:
-            text = f.read().strip()
-    except FileNotFoundError:
-        return None
+        data = state_dir.read(FILE_NAME)
+        if data is None:
+            return None
+        text = data.decode("ascii").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise errors.NodeIdentityError(path=path, reason=f"cannot be read: {exc}") from exc
     try:
@@ -68,64 +99,192 @@ def _read(path):
         ) from None
 
 
-def _write_atomically(path, node_uuid):
-    try:
-        write_file_atomically(path, node_uuid + "\n")
-    except OSError as exc:
-        raise errors.NodeIdentityError(path=path, reason=f"cannot be written: {exc}") from exc
+def read_store_marker(state_dir):
+    """The store id recorded in ``state_dir`` (a :class:`StateDir`): None if
+    there is no marker (the text found otherwise, perhaps empty).
 
-
-def read_store_marker(state_path):
-    """The store id recorded in ``state_path``: None if there is no marker
-    (the text found otherwise, perhaps empty).
-
-    :raises StateError: the marker exists but cannot be read.
+    :raises StateError: the marker exists but cannot be read, is a symlink
+        or is not a regular file.
     """
-    path = os.path.join(state_path, STORE_FILE_NAME)
-    if not os.path.lexists(path):
-        return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            data = os.read(fd, 256)
-        finally:
-            os.close(fd)
+        data = state_dir.read(STORE_FILE_NAME, limit=256)
     except OSError as exc:
-        raise errors.StateError(path=path, reason=f"cannot be read: {exc}") from exc
-    return data.decode("ascii", "replace").strip()
+        raise errors.StateError(
+            path=state_dir.join(STORE_FILE_NAME), reason=f"cannot be read: {exc}"
+        ) from exc
+    return None if data is None else data.decode("ascii", "replace").strip()
 
 
-def write_store_marker(state_path, store_id):
-    """Record ``store_id`` in ``state_path`` (atomically, 0600).
+def write_store_marker(state_dir, store_id):
+    """Record ``store_id`` in ``state_dir`` (atomically, 0600).
 
     :raises StateError: it cannot be written.
     """
-    path = os.path.join(state_path, STORE_FILE_NAME)
     try:
-        write_file_atomically(path, store_id + "\n")
+        state_dir.write_atomically(STORE_FILE_NAME, store_id + "\n")
     except OSError as exc:
-        raise errors.StateError(path=path, reason=f"cannot be written: {exc}") from exc
+        raise errors.StateError(
+            path=state_dir.join(STORE_FILE_NAME), reason=f"cannot be written: {exc}"
+        ) from exc
 
 
-def write_file_atomically(path, text):
-    """Replace ``path`` with ``text``, durably: a crash leaves the old file
-    or the new one. The file is created 0600 and never written through a
-    symlink (a leftover or planted ``.tmp`` is removed, not followed).
+class StateDir:
+    """The state directory, opened once and held open.
 
-    :raises OSError: the write failed.
+    It is created 0700 if it is missing. An existing one keeps its mode (it
+    may be shared: nova's state directory holds instances that qemu must
+    traverse), but it must belong to this process's effective user and be
+    writable by nobody else: whoever can write it can plant names in it.
+    ``path`` itself may be a symlink (to such a directory); the checks are
+    made on the directory opened.
+
+    :raises StateError: it cannot be created or opened, is not a directory,
+        or is owned or writable by another user; the reason names the fix.
     """
-    tmp = f"{path}.tmp"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise errors.StateError(path=path, reason=exc.strerror or str(exc)) from exc
+        try:
+            self._check(os.fstat(self.fd))
+        except BaseException:
+            self.close()
+            raise
+
+    def _check(self, st):
+        euid = os.geteuid()
+        if st.st_uid != euid:
+            me = _user(euid)
+            raise errors.StateError(
+                path=self.path,
+                reason=f"is owned by uid {st.st_uid}, not by {me} that rtagent runs as; "
+                f"its owner could make rtagent overwrite any file. Run `chown {me} "
+                f"{self.path}` (after checking what is in it), or use another state_path",
+            )
+        if st.st_mode & 0o022:
+            who = "world-writable" if st.st_mode & 0o002 else "group-writable"
+            raise errors.StateError(
+                path=self.path,
+                reason=f"is {who} (mode {stat.S_IMODE(st.st_mode):04o}); anyone who can "
+                f"write it could make rtagent overwrite any file. Run `chmod go-w {self.path}`",
+            )
+
+    def join(self, name):
+        """The path of ``name`` in this directory (for messages)."""
+        return os.path.join(self.path, name)
+
+    def exists(self, name):
+        """Whether ``name`` exists (a dangling link counts)."""
+        return self._lstat(name) is not None
+
+    def check_names(self, names):
+        """Refuse if any of ``names`` is a symlink or not a regular file:
+        checked before a library that opens them by path (SQLite) does.
+
+        :raises StateError: naming the first such path and the fix.
+        """
+        for name in names:
+            st = self._lstat(name)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise self._refusal(name, st)
+
+    def open(self, name, flags, mode=0o600):
+        """An fd of regular file ``name`` (created ``mode`` with O_CREAT).
+        Never through a symlink; a FIFO or device is not opened for I/O.
+
+        :raises StateError: ``name`` is a symlink or not a regular file.
+        :raises OSError: the open failed otherwise (FileNotFoundError too).
+        """
+        # O_NONBLOCK: a FIFO's open would wait for a writer; no effect on files.
+        flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            fd = os.open(name, flags, mode, dir_fd=self.fd)
+        except OSError as exc:
+            # ELOOP: it was a link when opened (even if it is not one now).
+            st = self._lstat(name) if exc.errno != errno.ELOOP else None
+            if exc.errno == errno.ELOOP or (st is not None and not stat.S_ISREG(st.st_mode)):
+                raise self._refusal(name, st) from exc
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise self._refusal(name, st)
+        return fd
+
+    def read(self, name, limit=_MAX_READ):
+        """Up to ``limit`` bytes of ``name``; None if it does not exist.
+
+        :raises StateError: it is a symlink or not a regular file.
+        :raises OSError: it cannot be read.
+        """
+        try:
+            fd = self.open(name, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.read(fd, limit)
+        finally:
+            os.close(fd)
+
+    def write_atomically(self, name, text):
+        """Replace ``name`` with ``text``, durably: a crash leaves the old
+        file or the new one. Written 0600 to ``name.tmp`` (a leftover one is
+        removed, never followed), then renamed over ``name``.
+
+        :raises StateError: ``name.tmp`` is not a regular file.
+        :raises OSError: the write failed.
+        """
+        tmp = name + ".tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=self.fd)  # unlink never follows a link
+        fd = self.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        try:
+            os.write(fd, text.encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        os.fsync(self.fd)
+
+    def close(self):
+        """Close the directory's descriptor. Idempotent."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def _lstat(self, name):
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def _refusal(self, name, st):
+        path = self.join(name)
+        if st is None or stat.S_ISLNK(st.st_mode):
+            try:
+                target = f" (to {os.readlink(name, dir_fd=self.fd)[:200]!r})"
+            except OSError:  # swapped back already
+                target = ""
+            reason = (
+                f"is a symbolic link{target}; rtagent never follows links in its state "
+                f"directory. Find out who planted it, then remove it (`rm {path}`)"
+            )
+        else:
+            kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
+            reason = (
+                f"is {kind}, not a regular file; rtagent does not open it. Find out who "
+                "created it, then remove it"
+            )
+        return errors.StateError(path=path, reason=reason)
+
+
+def _user(uid):
+    """``uid``'s name for a command line (the number if it has none)."""
     try:
-        os.write(fd, text.encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

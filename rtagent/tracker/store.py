@@ -71,45 +71,36 @@ _MIGRATE = (
 )
 
 
-def ensure_private_dir(path):
-    """Create ``path`` 0700 if it is missing.
-
-    An existing directory keeps its mode: it may be shared with other
-    software that needs it (nova's state directory holds the instances that
-    qemu must traverse). Only a world-writable one is refused.
-
-    :raises StateError: it cannot be created, is not a directory, or is
-        writable by anyone.
-    """
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        if not os.path.isdir(path):
-            raise NotADirectoryError(path)
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise errors.StateError(path=path, reason=exc.strerror or str(exc)) from exc
-    if mode & 0o002:
-        raise errors.StateError(path=path, reason="is world-writable; make it 0700")
+# Every name the agent keeps in its state directory, SQLite's own included.
+_NAMES = (
+    DB_NAME,
+    DB_NAME + "-wal",
+    DB_NAME + "-shm",
+    DB_NAME + "-journal",
+    LOCK_NAME,
+    *identity.NAMES,
+)
 
 
-def _lock_exclusively(state_path):
-    """Hold an exclusive lock on ``state_path`` for this process's lifetime.
+def _lock_exclusively(state_dir):
+    """Hold an exclusive lock on ``state_dir`` for this process's lifetime.
 
     Two agents over one state directory would each keep their own ledger
     and grant the same capacity twice.
     """
-    path = os.path.join(state_path, LOCK_NAME)
     try:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        fd = state_dir.open(LOCK_NAME, os.O_CREAT | os.O_RDWR)
     except OSError as exc:
-        raise errors.StateError(path=path, reason=exc.strerror or str(exc)) from exc
+        raise errors.StateError(
+            path=state_dir.join(LOCK_NAME), reason=exc.strerror or str(exc)
+        ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
         os.close(fd)
         raise errors.StateError(
-            path=state_path,
+            path=state_dir.path,
             reason=f"is in use by another rtagent process (pid {holder}); "
             "stop it first, or give this one its own state_path",
         ) from None
@@ -131,30 +122,28 @@ class Store:
     """
 
     def __init__(self, state_path, *, accept_empty=False):
-        ensure_private_dir(state_path)
-        self.path = os.path.join(state_path, DB_NAME)
-        self._state_path = state_path
-        # Before we create the lock file: an rtagent older than the store
-        # marker left only these to say that it ran here with a store. Both
-        # old and new code write compute_id only once their store exists, so
-        # a first start that failed before that (lock file only), and
-        # nova's compute_id copied into a fresh directory (no lock file),
-        # are first starts, not lost stores.
-        ran_here = os.path.lexists(os.path.join(state_path, LOCK_NAME)) and os.path.lexists(
-            os.path.join(state_path, identity.FILE_NAME)
-        )
-        self._lock_fd = _lock_exclusively(state_path)
+        #: The state directory (identity.StateDir), open while the store is.
+        self.state_dir = identity.StateDir(state_path)
+        self.path = self.state_dir.join(DB_NAME)
+        self._lock_fd = None
         # One connection shared by the trackers of all nodes, each under its
         # own lock: this mutex keeps their transactions from interleaving.
         self._mutex = threading.RLock()
         self._db = None
         try:
-            # Create the file ourselves so it is 0600 from its first byte;
-            # SQLite gives the -wal and -shm files the same mode.
-            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
-            os.chmod(self.path, 0o600)
-            # Used only under the tracker lock, from whichever thread holds it.
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # Before anything is opened: SQLite opens its files by path.
+            self.state_dir.check_names(_NAMES)
+            # Before we create the lock file: an rtagent older than the store
+            # marker left only these to say that it ran here with a store. Both
+            # old and new code write compute_id only once their store exists, so
+            # a first start that failed before that (lock file only), and
+            # nova's compute_id copied into a fresh directory (no lock file),
+            # are first starts, not lost stores.
+            ran_here = self.state_dir.exists(LOCK_NAME) and self.state_dir.exists(
+                identity.FILE_NAME
+            )
+            self._lock_fd = _lock_exclusively(self.state_dir)
+            self._db = self._connect()
             self._open(ran_here, accept_empty)
         except sqlite3.Error as exc:
             self.close()
@@ -162,9 +151,42 @@ class Store:
         except OSError as exc:
             self.close()
             raise errors.StateError(path=self.path, reason=exc.strerror or str(exc)) from exc
-        except errors.StateError:
+        except BaseException:
             self.close()
             raise
+
+    def _connect(self):
+        """Connect to the database file, created 0600 from its first byte
+        (SQLite gives the -wal and -shm files the same mode).
+
+        SQLite opens the database by path and follows a link there (its
+        SQLITE_OPEN_NOFOLLOW flag is out of reach of Python's sqlite3, and
+        it has no such URI parameter); its -wal, -shm and -journal it opens
+        O_NOFOLLOW itself. So the file is opened here first, without
+        following links, and SQLite's file must be that one before anything
+        is written to it.
+        """
+        fd = self.state_dir.open(DB_NAME, os.O_CREAT | os.O_RDWR)
+        try:
+            os.fchmod(fd, 0o600)
+            checked = os.fstat(fd)
+        finally:
+            os.close(fd)
+        # Used only under the tracker lock, from whichever thread holds it.
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            opened = os.stat(db.execute("PRAGMA database_list").fetchone()[2])
+        except BaseException:
+            db.close()
+            raise
+        if (opened.st_dev, opened.st_ino) != (checked.st_dev, checked.st_ino):
+            db.close()
+            raise errors.StateError(
+                path=self.path,
+                reason="was replaced while rtagent opened it; something else writes to the "
+                "state directory. Find out what, then start rtagent again",
+            )
+        return db
 
     def _open(self, ran_here, accept_empty):
         """Create, migrate or check the schema, then the store's marker."""
@@ -209,7 +231,7 @@ class Store:
             ) from None
 
     def _refuse_if_lost(self, ran_here, accept_empty):
-        marker = identity.read_store_marker(self._state_path)
+        marker = identity.read_store_marker(self.state_dir)
         if marker is None and not ran_here:
             return  # a first start (perhaps beside nova's compute_id)
         was = (
@@ -257,7 +279,7 @@ class Store:
         if store_id is None:  # removed by hand: the store is still this one
             store_id = str(uuidlib.uuid4())
             self.set_meta(_STORE_ID_KEY, store_id)
-        marker = identity.read_store_marker(self._state_path)
+        marker = identity.read_store_marker(self.state_dir)
         if marker == store_id:
             return
         if marker is not None:
@@ -268,7 +290,7 @@ class Store:
                 marker,
                 identity.STORE_FILE_NAME,
             )
-        identity.write_store_marker(self._state_path, store_id)
+        identity.write_store_marker(self.state_dir, store_id)
 
     def _release_lock(self):
         if self._lock_fd is not None:
@@ -394,6 +416,7 @@ class Store:
         if self._db is not None:
             self._db.close()
         self._release_lock()
+        self.state_dir.close()
 
 
 def _dump(record):

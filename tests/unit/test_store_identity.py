@@ -239,14 +239,26 @@ def test_a_marker_lost_beside_its_store_is_rewritten(tmp_path):
 
 
 def test_the_marker_is_never_written_through_a_symlink(tmp_path):
+    # a planted link stops the start (tests/unit/test_state_dir.py has every name)
     target = tmp_path / "elsewhere"
     target.write_text("keep")
     state = tmp_path / "state"
     state.mkdir()
     os.symlink(target, state / (identity.STORE_FILE_NAME + ".tmp"))
-    Store(str(state)).close()
+    with pytest.raises(errors.StateError, match=r"store_id\.tmp: is a symbolic link"):
+        Store(str(state))
     assert target.read_text() == "keep"
-    assert not os.path.islink(state / identity.STORE_FILE_NAME)
+    assert not os.path.lexists(state / identity.STORE_FILE_NAME)
+
+
+def test_a_leftover_regular_tmp_file_is_replaced(tmp_path):
+    # what a crash during write_atomically leaves behind
+    (tmp_path / (identity.STORE_FILE_NAME + ".tmp")).write_text("half")
+    store = Store(str(tmp_path))
+    marker = (tmp_path / identity.STORE_FILE_NAME).read_text().strip()
+    assert marker == store.get_meta("store_id")
+    assert not (tmp_path / (identity.STORE_FILE_NAME + ".tmp")).exists()
+    store.close()
 
 
 def test_a_first_start_that_failed_before_its_store_existed_starts_again(tmp_path):
@@ -257,6 +269,6 @@ def test_a_first_start_that_failed_before_its_store_existed_starts_again(tmp_pat
     os.chmod(tmp_path, 0o700)
     store = Store(str(tmp_path))
     try:
-        assert identity.read_store_marker(str(tmp_path)) is not None
+        assert identity.read_store_marker(store.state_dir) is not None
     finally:
         store.close()
