@@ -2,7 +2,8 @@
 
 Asks the agent's loopback health endpoint (``/status``); when that is
 switched off, asks over RPC (``get_status``). Never opens the state
-directory, which the running agent holds.
+directory, which the running agent holds. The table shows every string
+escaped where it is not printable; ``--json`` escapes them as JSON does.
 """
 
 import json
@@ -12,6 +13,7 @@ import urllib.error
 import urllib.request
 
 from rtagent.health_server import HOST
+from rtagent.rpc.status import printable, printable_tree
 
 TIMEOUT_S = 10.0
 
@@ -20,7 +22,7 @@ def main(conf):
     try:
         report = _from_http(conf) if conf.health.enabled else _from_rpc(conf)
     except (OSError, TimeoutError, RuntimeError) as exc:
-        print(f"rtagent: error: cannot reach the running agent: {exc}", file=sys.stderr)
+        print(f"rtagent: error: cannot reach the running agent: {printable(exc)}", file=sys.stderr)
         return 1
     if conf.command.json:
         print(json.dumps(report, indent=2, sort_keys=True))
@@ -62,7 +64,14 @@ def _from_rpc(conf):
 
 
 def render(report):
-    """The status report as readable text."""
+    """The status report as readable text.
+
+    Every string in it is shown :func:`printable`: names and reasons come
+    from callers and hypervisors, and a control or bidirectional character
+    must not reach the terminal (escape sequences, lines that are not ours,
+    text shown reversed).
+    """
+    report = printable_tree(report)
     lines = [f"host {report['host']}"]
     for node in report["nodes"]:
         lines.append("")

@@ -13,6 +13,8 @@ instead of failing inside oslo.messaging's dispatcher with a bare TypeError.
 
 import json
 import logging
+import math
+import re
 import time
 
 import jsonschema
@@ -38,19 +40,49 @@ MUTATIONS = frozenset(
     }
 )
 
-_VALIDATORS = {
-    name: jsonschema.Draft202012Validator(schema) for name, schema in schemas.METHODS.items()
-}
+
+def _validator_class():
+    """Draft 2020-12 with JSON's types as a caller means them: an integer is
+    an int (2.0 is not), a number is finite (NaN and infinities are not)."""
+    base = jsonschema.Draft202012Validator
+
+    def is_integer(checker, value):
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def is_number(checker, value):
+        return is_integer(checker, value) or (isinstance(value, float) and math.isfinite(value))
+
+    checker = base.TYPE_CHECKER.redefine_many({"integer": is_integer, "number": is_number})
+    return jsonschema.validators.extend(base, type_checker=checker)
+
+
+_VALIDATORS = {name: _validator_class()(schema) for name, schema in schemas.METHODS.items()}
+
+_FORBIDDEN = re.compile(f"[{schemas.FORBIDDEN_CHARACTERS}]")
 
 
 def validate(method, args):
     """Check ``args`` against ``method``'s schema.
 
+    First, whatever the schema: the arguments are an object, nested at most
+    :data:`schemas.MAX_ARGUMENTS_DEPTH` deep, with no forbidden character
+    (:data:`schemas.FORBIDDEN_CHARACTERS`) in any string or key, no
+    non-finite number and nothing the server could not decode; then at most
+    :data:`schemas.MAX_ARGUMENTS_BYTES` of JSON; then the schema.
+
     :raises InvalidRequest: the first problem found, with its path.
     """
+    if isinstance(args, errors.Unreadable):
+        raise errors.InvalidRequest(method, "", args.reason)
+    if not isinstance(args, dict):
+        raise errors.InvalidRequest(
+            method, "", f"the arguments must be an object, not {type(args).__name__}"
+        )
+    _check_values(method, args)
     try:
         size = len(json.dumps(args, separators=(",", ":")))
     except (TypeError, ValueError) as exc:
+        # Only an in-process caller (the fake transport) can pass such values.
         raise errors.InvalidRequest(method, "", f"not JSON: {exc}") from None
     if size > schemas.MAX_ARGUMENTS_BYTES:
         raise errors.InvalidRequest(
@@ -58,13 +90,62 @@ def validate(method, args):
         )
     error = jsonschema.exceptions.best_match(_VALIDATORS[method].iter_errors(args))
     if error is not None:
-        path = ".".join(str(p) for p in error.absolute_path)
+        path = _path(error.absolute_path)
         if error.validator == "pattern" and error.schema is schemas.UUID:
             reason = f"{error.instance!r} is not a UUID"
         else:
             reason = error.message
         # The offending value can be large; its repr is cut to keep replies small.
         raise errors.InvalidRequest(method, path, _short(reason))
+
+
+def _check_values(method, args):
+    """Depth, characters and numbers of everything in ``args``, without
+    recursion (depth is what is being checked), in document order.
+
+    :raises InvalidRequest: at the first bad value, naming its path.
+    """
+    stack = [(args, (), 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, (dict, list, tuple)):
+            if depth > schemas.MAX_ARGUMENTS_DEPTH:
+                raise errors.InvalidRequest(
+                    method,
+                    _path(path),
+                    f"nested deeper than {schemas.MAX_ARGUMENTS_DEPTH} levels",
+                )
+            if isinstance(value, dict):
+                for key in value:
+                    _check_text(method, (*path, key), key, "key")
+                children = [(v, (*path, k), depth + 1) for k, v in value.items()]
+            else:
+                children = [(v, (*path, i), depth + 1) for i, v in enumerate(value)]
+            stack.extend(reversed(children))
+        elif isinstance(value, str):
+            _check_text(method, path, value, "text")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise errors.InvalidRequest(method, _path(path), f"{value} is not a finite number")
+        elif isinstance(value, errors.Unreadable):
+            raise errors.InvalidRequest(method, _path(path), value.reason)
+
+
+def _check_text(method, path, text, what):
+    found = _FORBIDDEN.search(text)
+    if found is not None:
+        raise errors.InvalidRequest(
+            method,
+            _path(path),
+            f"the {what} holds U+{ord(found.group()):04X}: control, bidirectional, "
+            "separator and surrogate characters are refused",
+        )
+
+
+def _path(parts):
+    """``flavor.vcpus``; keys made printable and cut (they come from the caller)."""
+    return ".".join(
+        _short(status.printable(p), 64) if isinstance(p, str) else str(p) for p in parts
+    )
 
 
 def _short(text, limit=300):
@@ -227,6 +308,13 @@ class AgentEndpoint:
         return self._agent.nodes.get(node.lower())
 
     # -- the envelope ------------------------------------------------------
+
+    def _refuse(self, method, args):
+        """The reply to a call of ``method`` whose arguments are not keyword
+        arguments (not an object, or :class:`errors.Unreadable`): the RPC
+        server's dispatcher cannot pass them as ``**args``. Always
+        ``rpc.invalid_request``, counted like any call."""
+        return self._serve(method, args, None)
 
     def _serve(self, method, args, handler):
         started = time.monotonic()

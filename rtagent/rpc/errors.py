@@ -41,6 +41,21 @@ class InvalidRequest(RPCError):
         super().__init__(method=method, path=path or "(arguments)", reason=reason)
 
 
+class Unreadable:
+    """Stands for a value the RPC server could not decode as sent (an
+    integer longer than Python's int() takes; a whole message over its size
+    bound), in place of that value: validation refuses it where it is, with
+    ``reason``. A caller cannot send one: JSON has no such type."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason):
+        self.reason = reason
+
+    def __repr__(self):
+        return f"<unreadable: {self.reason}>"
+
+
 # Codes a caller may retry later on the same node: the condition passes.
 RETRIABLE = frozenset(
     {

@@ -9,16 +9,37 @@ exist to refuse garbage, not to police capacity: fit is the tracker's job.
 
 import json
 
+# Patterns are Python regular expressions anchored with \A and \Z ("$" would
+# also match before a trailing newline).
+
 # Canonical hyphenated form only; normalised to lower case by the endpoint.
 UUID = {
     "type": "string",
-    "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+    "pattern": "\\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\\Z",
 }
 
 # A whole call's arguments, serialised as JSON, may not exceed this.
 MAX_ARGUMENTS_BYTES = 64 * 1024
 
-_TEXT = {"type": "string", "maxLength": 255, "pattern": "^[^\\u0000-\\u001f\\u007f]*$"}
+# Containers nested in the arguments (the arguments object is level 1).
+MAX_ARGUMENTS_DEPTH = 32
+
+# The raw message (oslo.messaging's JSON text: arguments, context and
+# envelope), checked before it is decoded; and the nesting beyond which
+# Python's own decoder would fail, which is cut off at decoding.
+MAX_MESSAGE_CHARS = 1024 * 1024
+MAX_MESSAGE_DEPTH = 64
+
+# Characters no text argument may hold (nor any string or key anywhere in the
+# arguments): C0 and C1 controls, DEL, the bidirectional controls (ALM,
+# LRM, RLM, LRE..RLO, LRI..PDI), the line and paragraph separators, and
+# surrogates (a lone one is not text).
+FORBIDDEN_CHARACTERS = (
+    "\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f"
+    "\\u2028-\\u202e\\u2066-\\u2069\\ud800-\\udfff"
+)
+
+_TEXT = {"type": "string", "maxLength": 255, "pattern": f"\\A[^{FORBIDDEN_CHARACTERS}]*\\Z"}
 
 FLAVOR = {
     "type": "object",
@@ -53,7 +74,7 @@ LIMITS = {
 # resource class -> number of identified units to assign (see the tracker).
 ASSIGNED = {
     "type": ["object", "null"],
-    "propertyNames": {"pattern": "^[A-Z][A-Z0-9_]{0,254}$"},
+    "propertyNames": {"pattern": "\\A[A-Z][A-Z0-9_]{0,254}\\Z"},
     "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 1024},
     "maxProperties": 16,
 }
@@ -117,7 +138,7 @@ METHODS = {
             "vm_state": {"enum": [*VM_STATES, None]},
             "task_state": {
                 "type": ["string", "null"],
-                "pattern": "^[a-z][a-z_]{0,63}$",
+                "pattern": "\\A[a-z][a-z_]{0,63}\\Z",
             },
         },
         required=("instance_uuid",),

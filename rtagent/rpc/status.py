@@ -5,6 +5,29 @@ snapshot."""
 import time
 
 
+def printable(text):
+    """``text`` safe for a terminal or a log line: every character that is
+    not printable (controls, bidirectional controls, separators, surrogates,
+    unassigned code points) and the backslash itself are written as Python
+    escapes (``\\x1b``, ``\\u202e``, ``\\n``, ``\\\\``); the rest is kept."""
+    text = str(text)
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join("\\\\" if c == "\\" else c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def printable_tree(value):
+    """A copy of a JSON-able ``value`` whose strings (values and keys) are
+    :func:`printable`."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable_tree(v) for v in value]
+    return value
+
+
 def node_status(snapshot, sync=None, now=None):
     """The status of one node.
 

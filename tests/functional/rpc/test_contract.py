@@ -34,6 +34,17 @@ def test_the_endpoint_serves_exactly_the_documented_methods():
 
 
 UUID = "0b1e4c6e-8f49-4f0c-9d5e-1f2a3b4c5d6e"
+NAN = float("nan")
+
+
+def _deep(levels):
+    value = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+DEEP = _deep(3000)
 
 
 @pytest.mark.parametrize(
@@ -65,6 +76,44 @@ UUID = "0b1e4c6e-8f49-4f0c-9d5e-1f2a3b4c5d6e"
         ("ping", {"x": 1}, ""),
         ("get_status", {"node_uuid": UUID + "0"}, "node_uuid"),
         ("abort_instance_claim", {"instance_uuid": UUID, "pad": "x" * 70000}, ""),
+        # issue 11: what the schema alone let through
+        ("abort_instance_claim", {"instance_uuid": UUID + "\n"}, "instance_uuid"),
+        ("set_disabled", {"disabled": True, "reason": "x\n"}, "reason"),
+        ("set_disabled", {"disabled": True, "reason": "x\u009b"}, "reason"),
+        ("set_disabled", {"disabled": True, "reason": "x\u202e"}, "reason"),
+        ("set_disabled", {"disabled": True, "reason": "x\ud800"}, "reason"),
+        (
+            "instance_claim",
+            {"instance_uuid": UUID, "flavor": {"vcpus": 2.0, "memory_mb": 1}},
+            "flavor.vcpus",
+        ),
+        (
+            "instance_claim",
+            {
+                "instance_uuid": UUID,
+                "flavor": {"vcpus": 1, "memory_mb": 1},
+                "limits": {"vcpu": NAN},
+            },
+            "limits.vcpu",
+        ),
+        (
+            "instance_claim",
+            {
+                "instance_uuid": UUID,
+                "flavor": {"vcpus": 1, "memory_mb": 1},
+                "limits": {"numa_topology": {"a\nb": 1}},
+            },
+            "limits.numa_topology.a\\nb",
+        ),
+        (
+            "instance_claim",
+            {
+                "instance_uuid": UUID,
+                "flavor": {"vcpus": 1, "memory_mb": 1},
+                "limits": {"numa_topology": {"c": DEEP}},
+            },
+            "limits.numa_topology.c" + ".0" * 29,
+        ),
     ],
 )
 def test_validation_names_the_argument(method, args, path):
