@@ -22,6 +22,17 @@ logged once. Beyond nova: :class:`ProviderConfigSource` re-reads the files
 on demand (SIGHUP) and keeps the last good configuration when they are bad;
 what a reload drops is removed from Placement (until a restart, which forgets
 what earlier files had added).
+
+The files are hostile input until checked: at most :data:`MAX_FILES` files
+of at most :data:`MAX_FILE_BYTES` each and :data:`MAX_TOTAL_BYTES` in all
+(regular files only), and, before any object is built from the YAML,
+nesting, aliases and what the aliases expand to are bounded
+(:func:`_check_shape`), so a "billion laughs" costs a millisecond.
+Anchors and aliases stay allowed because nova's loader (``yaml.safe_load``)
+accepts them and operators use them to share a block between providers.
+Numbers must be within Placement's own bounds (its inventory schema); NaN,
+infinities and booleans are refused. Messages quote at most a short
+excerpt of the input (:func:`_excerpt`) and are clipped.
 """
 
 import dataclasses
@@ -29,6 +40,8 @@ import glob
 import logging
 import os
 import re
+import reprlib
+import stat
 
 import yaml
 
@@ -41,14 +54,70 @@ COMPUTE_NODE = "$COMPUTE_NODE"
 _VERSION = re.compile(r"^1\.(0|[1-9][0-9]*)$")
 _CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]{1,248}$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
-_INT_FIELDS = ("total", "reserved", "min_unit", "max_unit", "step_size")
+
+# Placement's inventory schema (placement/schemas/inventory.py): integers
+# up to db_const.MAX_INT, the ratio up to db_const.SQL_SP_FLOAT_MAX.
+MAX_INT = 0x7FFFFFFF
+MAX_RATIO = 3.40282e38
+_INT_MINIMUM = {"total": 1, "reserved": 0, "min_unit": 1, "max_unit": 1, "step_size": 1}
+
+# What one reading of the directory may cost. A real file is a few KiB;
+# loading 1 MiB of YAML takes about 3 s.
+MAX_FILES = 100
+MAX_FILE_BYTES = 1 << 20
+MAX_TOTAL_BYTES = 4 << 20
+# Nova's schema nests 8 deep; anchors/aliases are allowed (nova's
+# yaml.safe_load takes them) but the nodes they add are bounded.
+MAX_DEPTH = 32
+MAX_ALIASES = 1000
+MAX_ALIAS_NODES = 100_000
+_MAX_REASON = 1000
+
+# libyaml when present: the same safe loader, parsing in C.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ProviderConfigError(exception.RtagentError):
-    """A provider config file is invalid; the message names the file."""
+    """A provider config file is invalid; the message names the file.
+
+    The message is one line of at most about 1,000 characters whatever
+    the input (the reason is clipped, control characters escaped)."""
 
     code = "placement.provider_config_invalid"
     msg_fmt = "Provider config {path}: {reason}"
+
+    def __init__(self, message=None, **kwargs):
+        for key in ("path", "reason"):
+            if key in kwargs:
+                kwargs[key] = _clip(str(kwargs[key]))
+        super().__init__(None if message is None else _clip(str(message)), **kwargs)
+
+
+def _clip(text, limit=_MAX_REASON):
+    """``text`` on one line, control characters escaped, at most ``limit``
+    characters (plus "...")."""
+    head = text[:limit]
+    if not head.isprintable():
+        head = "".join(c if c.isprintable() else repr(c)[1:-1] for c in head)
+    return head[:limit] + "..." if len(head) > limit or len(text) > limit else head
+
+
+class _Excerpt(reprlib.Repr):
+    """repr() that stays short for any YAML value: long strings, big
+    collections, deep nesting, integers of a million digits."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel = 2
+        self.maxstring = self.maxother = 60
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 4
+
+    def repr_int(self, x, level):
+        # repr() of a huge int is slow and, past 4,300 digits, raises.
+        return repr(x) if x.bit_length() <= 64 else f"<a {x.bit_length()}-bit integer>"
+
+
+_excerpt = _Excerpt().repr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,25 +139,77 @@ class ProviderConfig:
 def parse(text, path):
     """The provider configs in one file's ``text``.
 
-    :raises ProviderConfigError: invalid YAML or schema.
+    :raises ProviderConfigError: invalid YAML or schema, or beyond the
+        limits on nesting and aliases.
     """
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProviderConfigError(path=path, reason=f"not valid YAML: {exc}") from exc
 
     def fail(reason):
         raise ProviderConfigError(path=path, reason=reason)
 
+    doc = _load_yaml(text, fail)
     if not isinstance(doc, dict) or not isinstance(doc.get("meta"), dict):
         fail("a 'meta' mapping with 'schema_version' is required")
-    version = str(doc["meta"].get("schema_version", ""))
-    if not _VERSION.match(version):
-        fail(f"unsupported schema_version {version!r} (this agent reads 1.x)")
+    version = doc["meta"].get("schema_version", "")
+    if isinstance(version, (int, float)) and not isinstance(version, bool):
+        version = str(version)  # schema_version: 1.0 (unquoted) as before
+    if not isinstance(version, str) or not _VERSION.match(version):
+        fail(f"unsupported schema_version {_excerpt(version)} (this agent reads 1.x)")
     providers = doc.get("providers", [])
     if not isinstance(providers, list):
         fail("'providers' must be a list")
     return tuple(_parse_provider(entry, i, fail, path) for i, entry in enumerate(providers))
+
+
+def _load_yaml(text, fail):
+    """The document in ``text``; YAML errors become one bounded line."""
+    try:
+        _check_shape(text, fail)
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 (_LOADER is a safe loader)
+    except yaml.MarkedYAMLError as exc:
+        # Not str(exc): it quotes the input around the error.
+        mark = exc.problem_mark or exc.context_mark
+        what = _clip("; ".join(p for p in (exc.context, exc.problem) if p), 200)
+        problem = f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark else what
+    except yaml.YAMLError as exc:
+        problem = _clip(str(exc), 200)
+    except ValueError as exc:  # an int of > 4,300 digits, a date like 2024-13-45
+        problem = f"a value cannot be read ({_clip(str(exc), 120)})"
+    fail(f"not valid YAML: {problem}")
+
+
+def _check_shape(text, fail):
+    """Refuse, from the parser's events and before any object is built,
+    nesting deeper than MAX_DEPTH, more than MAX_ALIASES aliases, aliases
+    that expand to more than MAX_ALIAS_NODES nodes in all, and an alias to
+    a node that contains it (a cycle)."""
+    sizes, open_, aliases, added, count = {}, [], 0, 0, 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        where = f"line {event.start_mark.line + 1}"
+        if isinstance(event, yaml.DocumentStartEvent):
+            sizes.clear()
+        elif isinstance(event, yaml.AliasEvent):
+            aliases, size = aliases + 1, sizes.get(event.anchor)
+            if size is None:
+                fail(f"{where}: alias *{_clip(event.anchor, 60)} is undefined or recursive")
+            added, count = added + size, count + size
+            if aliases > MAX_ALIASES or added > MAX_ALIAS_NODES:
+                fail(
+                    f"{where}: aliases expand too far (at most {MAX_ALIASES} aliases "
+                    f"adding {MAX_ALIAS_NODES} nodes in all)"
+                )
+        elif isinstance(event, yaml.CollectionStartEvent):
+            open_.append((event.anchor, count))
+            count += 1
+            if len(open_) > MAX_DEPTH:
+                fail(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, start = open_.pop()
+            if anchor is not None:
+                sizes[anchor] = count - start
+        elif isinstance(event, yaml.ScalarEvent):
+            count += 1
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
 
 
 def _parse_provider(entry, index, fail, path):
@@ -102,9 +223,10 @@ def _parse_provider(entry, index, fail, path):
     if uuid is not None and (
         not isinstance(uuid, str) or (uuid != COMPUTE_NODE and not _UUID.match(uuid))
     ):
-        fail(f"{where}.identification.uuid: {uuid!r} is neither a UUID nor {COMPUTE_NODE}")
+        fail(f"{where}.identification.uuid: {_excerpt(uuid)} is neither a UUID nor {COMPUTE_NODE}")
     if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 200):
         fail(f"{where}.identification.name: 1 to 200 characters")
+    where += f" ({'uuid' if uuid else 'name'} {_excerpt(uuid or name)})"
     invs = {}
     for item in _additional(entry, "inventories", where, fail):
         if not isinstance(item, dict):
@@ -137,23 +259,31 @@ def _additional(entry, section, where, fail):
 
 def _custom_name(name, where, fail):
     if not isinstance(name, str) or not _CUSTOM.match(name):
-        fail(f"{where}: {name!r} is not a CUSTOM_ name (only custom ones may be added)")
+        fail(f"{where}: {_excerpt(name)} is not a CUSTOM_ name (only custom ones may be added)")
     return name
 
 
 def _inventory(fields, where, fail):
+    """An Inventory from one class's fields, within Placement's bounds."""
     if not isinstance(fields, dict) or "total" not in fields:
         fail(f"{where}: a mapping with at least 'total' is required")
-    unknown = set(fields) - set(_INT_FIELDS) - {"allocation_ratio"}
+    unknown = set(fields) - set(_INT_MINIMUM) - {"allocation_ratio"}
     if unknown:
-        fail(f"{where}: unknown field(s) {sorted(unknown)}")
-    for key in _INT_FIELDS:
-        value = fields.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            fail(f"{where}.{key}: must be an integer")
+        fail(f"{where}: unknown field(s) {_excerpt(sorted(unknown, key=_excerpt))}")
+    for key, minimum in _INT_MINIMUM.items():
+        value = fields.get(key, minimum)
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INT:
+            fail(
+                f"{where}.{key}: must be an integer from {minimum} to {MAX_INT}, "
+                f"got {_excerpt(value)}"
+            )
     ratio = fields.get("allocation_ratio", 1.0)
-    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or ratio <= 0:
-        fail(f"{where}.allocation_ratio: must be a positive number")
+    # NaN fails every comparison; infinities and -0.0 fail these.
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= MAX_RATIO:
+        fail(
+            f"{where}.allocation_ratio: must be a number above 0 and at most {MAX_RATIO:g}, "
+            f"got {_excerpt(ratio)}"
+        )
     total = fields["total"]
     inv = Inventory(
         total=total,
@@ -163,10 +293,13 @@ def _inventory(fields, where, fail):
         step_size=fields.get("step_size", 1),
         allocation_ratio=float(ratio),
     )
-    if inv.total < 1 or not 0 <= inv.reserved <= inv.total or inv.min_unit < 1:
-        fail(f"{where}: needs total >= 1, 0 <= reserved <= total, min_unit >= 1")
-    if inv.step_size < 1 or not inv.min_unit <= inv.max_unit <= inv.total:
-        fail(f"{where}: needs step_size >= 1 and min_unit <= max_unit <= total")
+    if inv.reserved > inv.total:
+        fail(f"{where}: needs reserved <= total (reserved {inv.reserved}, total {inv.total})")
+    if not inv.min_unit <= inv.max_unit <= inv.total:
+        fail(
+            f"{where}: needs min_unit <= max_unit <= total (min_unit {inv.min_unit}, "
+            f"max_unit {inv.max_unit}, total {inv.total})"
+        )
     return inv
 
 
@@ -175,18 +308,26 @@ def load(location):
 
     A missing directory means no configs (nova's behaviour).
 
-    :raises ProviderConfigError: a file is unreadable or invalid, or two
-        entries name the same provider (both files are named).
+    :raises ProviderConfigError: more than MAX_FILES files or
+        MAX_TOTAL_BYTES in all; a file is unreadable, not a regular file,
+        bigger than MAX_FILE_BYTES, not UTF-8 or invalid; or two entries
+        name the same provider (both files are named).
     """
     if not location or not os.path.isdir(location):
         return ()
-    configs, seen = [], {}
-    for path in sorted(glob.glob(os.path.join(location, "*.yaml"))):
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
-            raise ProviderConfigError(path=path, reason=f"cannot read: {exc}") from exc
+    paths = sorted(glob.glob(os.path.join(glob.escape(location), "*.yaml")))
+    if len(paths) > MAX_FILES:
+        raise ProviderConfigError(
+            path=location, reason=f"{len(paths)} *.yaml files, at most {MAX_FILES} are read"
+        )
+    configs, seen, size = [], {}, 0
+    for path in paths:
+        text, length = _read(path)
+        size += length
+        if size > MAX_TOTAL_BYTES:
+            raise ProviderConfigError(
+                path=path, reason=f"the files up to this one hold more than {MAX_TOTAL_BYTES} bytes"
+            )
         for config in parse(text, path):
             if config.key in seen:
                 raise ProviderConfigError(
@@ -197,6 +338,30 @@ def load(location):
             seen[config.key] = path
             configs.append(config)
     return tuple(configs)
+
+
+def _read(path):
+    """(text, length in bytes) of the file at ``path``, at most MAX_FILE_BYTES.
+
+    Opened non-blocking and refused unless a regular file, so that a FIFO
+    cannot hang the reload nor a device feed it; read no further than the
+    limit."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ProviderConfigError(path=path, reason="not a regular file")
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ProviderConfigError(path=path, reason=f"cannot read: {exc.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ProviderConfigError(
+            path=path, reason=f"bigger than {MAX_FILE_BYTES} bytes (the limit)"
+        )
+    try:
+        return data.decode("utf-8"), len(data)
+    except UnicodeDecodeError as exc:
+        raise ProviderConfigError(path=path, reason=f"not UTF-8 text (byte {exc.start})") from None
 
 
 def merge(tree, configs):
