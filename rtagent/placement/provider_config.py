@@ -27,12 +27,12 @@ The files are hostile input until checked: at most :data:`MAX_FILES` files
 of at most :data:`MAX_FILE_BYTES` each and :data:`MAX_TOTAL_BYTES` in all
 (regular files only), and, before any object is built from the YAML,
 nesting, aliases and what the aliases expand to are bounded
-(:func:`_check_shape`), so a "billion laughs" costs a millisecond.
+(:mod:`.bounded_yaml`), so a "billion laughs" costs a millisecond.
 Anchors and aliases stay allowed because nova's loader (``yaml.safe_load``)
 accepts them and operators use them to share a block between providers.
 Numbers must be within Placement's own bounds (its inventory schema); NaN,
 infinities and booleans are refused. Messages quote at most a short
-excerpt of the input (:func:`_excerpt`) and are clipped.
+excerpt of the input (``bounded_yaml.excerpt``) and are clipped.
 """
 
 import dataclasses
@@ -40,12 +40,16 @@ import glob
 import logging
 import os
 import re
-import reprlib
-import stat
-
-import yaml
 
 from rtagent import exception
+from rtagent.placement import bounded_yaml
+from rtagent.placement.bounded_yaml import (  # noqa: F401 - limits re-exported
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    MAX_TOTAL_BYTES,
+    clip,
+    excerpt,
+)
 from rtagent.resources import Inventory, frozen_map
 
 LOG = logging.getLogger(__name__)
@@ -61,21 +65,6 @@ MAX_INT = 0x7FFFFFFF
 MAX_RATIO = 3.40282e38
 _INT_MINIMUM = {"total": 1, "reserved": 0, "min_unit": 1, "max_unit": 1, "step_size": 1}
 
-# What one reading of the directory may cost. A real file is a few KiB;
-# loading 1 MiB of YAML takes about 3 s.
-MAX_FILES = 100
-MAX_FILE_BYTES = 1 << 20
-MAX_TOTAL_BYTES = 4 << 20
-# Nova's schema nests 8 deep; anchors/aliases are allowed (nova's
-# yaml.safe_load takes them) but the nodes they add are bounded.
-MAX_DEPTH = 32
-MAX_ALIASES = 1000
-MAX_ALIAS_NODES = 100_000
-_MAX_REASON = 1000
-
-# libyaml when present: the same safe loader, parsing in C.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 class ProviderConfigError(exception.RtagentError):
     """A provider config file is invalid; the message names the file.
@@ -89,35 +78,8 @@ class ProviderConfigError(exception.RtagentError):
     def __init__(self, message=None, **kwargs):
         for key in ("path", "reason"):
             if key in kwargs:
-                kwargs[key] = _clip(str(kwargs[key]))
-        super().__init__(None if message is None else _clip(str(message)), **kwargs)
-
-
-def _clip(text, limit=_MAX_REASON):
-    """``text`` on one line, control characters escaped, at most ``limit``
-    characters (plus "...")."""
-    head = text[:limit]
-    if not head.isprintable():
-        head = "".join(c if c.isprintable() else repr(c)[1:-1] for c in head)
-    return head[:limit] + "..." if len(head) > limit or len(text) > limit else head
-
-
-class _Excerpt(reprlib.Repr):
-    """repr() that stays short for any YAML value: long strings, big
-    collections, deep nesting, integers of a million digits."""
-
-    def __init__(self):
-        super().__init__()
-        self.maxlevel = 2
-        self.maxstring = self.maxother = 60
-        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 4
-
-    def repr_int(self, x, level):
-        # repr() of a huge int is slow and, past 4,300 digits, raises.
-        return repr(x) if x.bit_length() <= 64 else f"<a {x.bit_length()}-bit integer>"
-
-
-_excerpt = _Excerpt().repr
+                kwargs[key] = clip(str(kwargs[key]))
+        super().__init__(None if message is None else clip(str(message)), **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,70 +108,18 @@ def parse(text, path):
     def fail(reason):
         raise ProviderConfigError(path=path, reason=reason)
 
-    doc = _load_yaml(text, fail)
+    doc = bounded_yaml.load(text, fail)
     if not isinstance(doc, dict) or not isinstance(doc.get("meta"), dict):
         fail("a 'meta' mapping with 'schema_version' is required")
     version = doc["meta"].get("schema_version", "")
     if isinstance(version, (int, float)) and not isinstance(version, bool):
         version = str(version)  # schema_version: 1.0 (unquoted) as before
     if not isinstance(version, str) or not _VERSION.match(version):
-        fail(f"unsupported schema_version {_excerpt(version)} (this agent reads 1.x)")
+        fail(f"unsupported schema_version {excerpt(version)} (this agent reads 1.x)")
     providers = doc.get("providers", [])
     if not isinstance(providers, list):
         fail("'providers' must be a list")
     return tuple(_parse_provider(entry, i, fail, path) for i, entry in enumerate(providers))
-
-
-def _load_yaml(text, fail):
-    """The document in ``text``; YAML errors become one bounded line."""
-    try:
-        _check_shape(text, fail)
-        return yaml.load(text, Loader=_LOADER)  # noqa: S506 (_LOADER is a safe loader)
-    except yaml.MarkedYAMLError as exc:
-        # Not str(exc): it quotes the input around the error.
-        mark = exc.problem_mark or exc.context_mark
-        what = _clip("; ".join(p for p in (exc.context, exc.problem) if p), 200)
-        problem = f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark else what
-    except yaml.YAMLError as exc:
-        problem = _clip(str(exc), 200)
-    except ValueError as exc:  # an int of > 4,300 digits, a date like 2024-13-45
-        problem = f"a value cannot be read ({_clip(str(exc), 120)})"
-    fail(f"not valid YAML: {problem}")
-
-
-def _check_shape(text, fail):
-    """Refuse, from the parser's events and before any object is built,
-    nesting deeper than MAX_DEPTH, more than MAX_ALIASES aliases, aliases
-    that expand to more than MAX_ALIAS_NODES nodes in all, and an alias to
-    a node that contains it (a cycle)."""
-    sizes, open_, aliases, added, count = {}, [], 0, 0, 0
-    for event in yaml.parse(text, Loader=_LOADER):
-        where = f"line {event.start_mark.line + 1}"
-        if isinstance(event, yaml.DocumentStartEvent):
-            sizes.clear()
-        elif isinstance(event, yaml.AliasEvent):
-            aliases, size = aliases + 1, sizes.get(event.anchor)
-            if size is None:
-                fail(f"{where}: alias *{_clip(event.anchor, 60)} is undefined or recursive")
-            added, count = added + size, count + size
-            if aliases > MAX_ALIASES or added > MAX_ALIAS_NODES:
-                fail(
-                    f"{where}: aliases expand too far (at most {MAX_ALIASES} aliases "
-                    f"adding {MAX_ALIAS_NODES} nodes in all)"
-                )
-        elif isinstance(event, yaml.CollectionStartEvent):
-            open_.append((event.anchor, count))
-            count += 1
-            if len(open_) > MAX_DEPTH:
-                fail(f"{where}: nested deeper than {MAX_DEPTH} levels")
-        elif isinstance(event, yaml.CollectionEndEvent):
-            anchor, start = open_.pop()
-            if anchor is not None:
-                sizes[anchor] = count - start
-        elif isinstance(event, yaml.ScalarEvent):
-            count += 1
-            if event.anchor is not None:
-                sizes[event.anchor] = 1
 
 
 def _parse_provider(entry, index, fail, path):
@@ -223,10 +133,10 @@ def _parse_provider(entry, index, fail, path):
     if uuid is not None and (
         not isinstance(uuid, str) or (uuid != COMPUTE_NODE and not _UUID.match(uuid))
     ):
-        fail(f"{where}.identification.uuid: {_excerpt(uuid)} is neither a UUID nor {COMPUTE_NODE}")
+        fail(f"{where}.identification.uuid: {excerpt(uuid)} is neither a UUID nor {COMPUTE_NODE}")
     if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 200):
         fail(f"{where}.identification.name: 1 to 200 characters")
-    where += f" ({'uuid' if uuid else 'name'} {_excerpt(uuid or name)})"
+    where += f" ({'uuid' if uuid else 'name'} {excerpt(uuid or name)})"
     invs = {}
     for item in _additional(entry, "inventories", where, fail):
         if not isinstance(item, dict):
@@ -259,7 +169,7 @@ def _additional(entry, section, where, fail):
 
 def _custom_name(name, where, fail):
     if not isinstance(name, str) or not _CUSTOM.match(name):
-        fail(f"{where}: {_excerpt(name)} is not a CUSTOM_ name (only custom ones may be added)")
+        fail(f"{where}: {excerpt(name)} is not a CUSTOM_ name (only custom ones may be added)")
     return name
 
 
@@ -269,20 +179,20 @@ def _inventory(fields, where, fail):
         fail(f"{where}: a mapping with at least 'total' is required")
     unknown = set(fields) - set(_INT_MINIMUM) - {"allocation_ratio"}
     if unknown:
-        fail(f"{where}: unknown field(s) {_excerpt(sorted(unknown, key=_excerpt))}")
+        fail(f"{where}: unknown field(s) {excerpt(sorted(unknown, key=excerpt))}")
     for key, minimum in _INT_MINIMUM.items():
         value = fields.get(key, minimum)
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INT:
             fail(
                 f"{where}.{key}: must be an integer from {minimum} to {MAX_INT}, "
-                f"got {_excerpt(value)}"
+                f"got {excerpt(value)}"
             )
     ratio = fields.get("allocation_ratio", 1.0)
     # NaN fails every comparison; infinities and -0.0 fail these.
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= MAX_RATIO:
         fail(
             f"{where}.allocation_ratio: must be a number above 0 and at most {MAX_RATIO:g}, "
-            f"got {_excerpt(ratio)}"
+            f"got {excerpt(ratio)}"
         )
     total = fields["total"]
     inv = Inventory(
@@ -318,15 +228,17 @@ def load(location):
     paths = sorted(glob.glob(os.path.join(glob.escape(location), "*.yaml")))
     if len(paths) > MAX_FILES:
         raise ProviderConfigError(
-            path=location, reason=f"{len(paths)} *.yaml files, at most {MAX_FILES} are read"
+            path=location,
+            reason=f"{len(paths)} *.yaml files, at most {MAX_FILES} are read",
         )
     configs, seen, size = [], {}, 0
     for path in paths:
-        text, length = _read(path)
+        text, length = bounded_yaml.read(path, _failing(path))
         size += length
         if size > MAX_TOTAL_BYTES:
             raise ProviderConfigError(
-                path=path, reason=f"the files up to this one hold more than {MAX_TOTAL_BYTES} bytes"
+                path=path,
+                reason=f"the files up to this one hold more than {MAX_TOTAL_BYTES} bytes",
             )
         for config in parse(text, path):
             if config.key in seen:
@@ -338,30 +250,6 @@ def load(location):
             seen[config.key] = path
             configs.append(config)
     return tuple(configs)
-
-
-def _read(path):
-    """(text, length in bytes) of the file at ``path``, at most MAX_FILE_BYTES.
-
-    Opened non-blocking and refused unless a regular file, so that a FIFO
-    cannot hang the reload nor a device feed it; read no further than the
-    limit."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise ProviderConfigError(path=path, reason="not a regular file")
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ProviderConfigError(path=path, reason=f"cannot read: {exc.strerror}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ProviderConfigError(
-            path=path, reason=f"bigger than {MAX_FILE_BYTES} bytes (the limit)"
-        )
-    try:
-        return data.decode("utf-8"), len(data)
-    except UnicodeDecodeError as exc:
-        raise ProviderConfigError(path=path, reason=f"not UTF-8 text (byte {exc.start})") from None
 
 
 def merge(tree, configs):
@@ -499,3 +387,10 @@ class ProviderConfigSource:
         if key not in self._logged:
             self._logged.add(key)
             log("%s", message)
+
+
+def _failing(path):
+    def fail(reason):
+        raise ProviderConfigError(path=path, reason=reason)
+
+    return fail

@@ -1,0 +1,135 @@
+"""Reading YAML from hostile files at a bounded cost.
+
+Provider config files are input an operator (or whoever can write that
+directory) controls, and the agent reads them as root at start-up and on
+every SIGHUP. Everything here bounds what one reading may cost before any
+Python object is built: the file (a regular file, at most
+:data:`MAX_FILE_BYTES`, UTF-8), the YAML's nesting and aliases (a "billion
+laughs" is refused from the parser's events in a millisecond), and every
+message (one line, clipped, never the document itself).
+
+Failures are reported through a ``fail(reason)`` callable that raises, so
+the caller's own error class names its file.
+"""
+
+import os
+import reprlib
+import stat
+
+import yaml
+
+# What one reading of the directory may cost. A real file is a few KiB;
+# loading 1 MiB of YAML takes about 3 s.
+MAX_FILES = 100
+MAX_FILE_BYTES = 1 << 20
+MAX_TOTAL_BYTES = 4 << 20
+# Nova's schema nests 8 deep; anchors/aliases are allowed (nova's
+# yaml.safe_load takes them) but the nodes they add are bounded.
+MAX_DEPTH = 32
+MAX_ALIASES = 1000
+MAX_ALIAS_NODES = 100_000
+MAX_REASON = 1000
+
+# libyaml when present: the same safe loader, parsing in C.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def clip(text, limit=MAX_REASON):
+    """``text`` on one line, control characters escaped, at most ``limit``
+    characters (plus "...")."""
+    head = text[:limit]
+    if not head.isprintable():
+        head = "".join(c if c.isprintable() else repr(c)[1:-1] for c in head)
+    return head[:limit] + "..." if len(head) > limit or len(text) > limit else head
+
+
+class _Excerpt(reprlib.Repr):
+    """repr() that stays short for any YAML value: long strings, big
+    collections, deep nesting, integers of a million digits."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel = 2
+        self.maxstring = self.maxother = 60
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 4
+
+    def repr_int(self, x, level):
+        # repr() of a huge int is slow and, past 4,300 digits, raises.
+        return repr(x) if x.bit_length() <= 64 else f"<a {x.bit_length()}-bit integer>"
+
+
+excerpt = _Excerpt().repr
+
+
+def load(text, fail):
+    """The document in ``text``; YAML errors become one bounded line."""
+    try:
+        check_shape(text, fail)
+        return yaml.load(text, Loader=LOADER)  # noqa: S506 (LOADER is a safe loader)
+    except yaml.MarkedYAMLError as exc:
+        # Not str(exc): it quotes the input around the error.
+        mark = exc.problem_mark or exc.context_mark
+        what = clip("; ".join(p for p in (exc.context, exc.problem) if p), 200)
+        problem = f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark else what
+    except yaml.YAMLError as exc:
+        problem = clip(str(exc), 200)
+    except ValueError as exc:  # an int of > 4,300 digits, a date like 2024-13-45
+        problem = f"a value cannot be read ({clip(str(exc), 120)})"
+    fail(f"not valid YAML: {problem}")
+
+
+def check_shape(text, fail):
+    """Refuse, from the parser's events and before any object is built,
+    nesting deeper than MAX_DEPTH, more than MAX_ALIASES aliases, aliases
+    that expand to more than MAX_ALIAS_NODES nodes in all, and an alias to
+    a node that contains it (a cycle)."""
+    sizes, open_, aliases, added, count = {}, [], 0, 0, 0
+    for event in yaml.parse(text, Loader=LOADER):
+        where = f"line {event.start_mark.line + 1}"
+        if isinstance(event, yaml.DocumentStartEvent):
+            sizes.clear()
+        elif isinstance(event, yaml.AliasEvent):
+            aliases, size = aliases + 1, sizes.get(event.anchor)
+            if size is None:
+                fail(f"{where}: alias *{clip(event.anchor, 60)} is undefined or recursive")
+            added, count = added + size, count + size
+            if aliases > MAX_ALIASES or added > MAX_ALIAS_NODES:
+                fail(
+                    f"{where}: aliases expand too far (at most {MAX_ALIASES} aliases "
+                    f"adding {MAX_ALIAS_NODES} nodes in all)"
+                )
+        elif isinstance(event, yaml.CollectionStartEvent):
+            open_.append((event.anchor, count))
+            count += 1
+            if len(open_) > MAX_DEPTH:
+                fail(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, start = open_.pop()
+            if anchor is not None:
+                sizes[anchor] = count - start
+        elif isinstance(event, yaml.ScalarEvent):
+            count += 1
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
+
+
+def read(path, fail):
+    """(text, length in bytes) of the file at ``path``, at most MAX_FILE_BYTES.
+
+    Opened non-blocking and refused unless a regular file, so that a FIFO
+    cannot hang the reload nor a device feed it; read no further than the
+    limit."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                fail("not a regular file")
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        fail(f"cannot read: {exc.strerror}")
+    if len(data) > MAX_FILE_BYTES:
+        fail(f"bigger than {MAX_FILE_BYTES} bytes (the limit)")
+    try:
+        return data.decode("utf-8"), len(data)
+    except UnicodeDecodeError as exc:
+        fail(f"not UTF-8 text (byte {exc.start})")
