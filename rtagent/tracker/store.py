@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import uuid as uuidlib
 
-from rtagent.tracker import errors, identity
+from rtagent.tracker import errors, identity, statedir
 from rtagent.tracker.model import Instance, Migration
 from rtagent.tracker.state import Changes
 
@@ -122,8 +122,8 @@ class Store:
     """
 
     def __init__(self, state_path, *, accept_empty=False):
-        #: The state directory (identity.StateDir), open while the store is.
-        self.state_dir = identity.StateDir(state_path)
+        #: The state directory (statedir.StateDir), open while the store is.
+        self.state_dir = statedir.StateDir(state_path)
         self.path = self.state_dir.join(DB_NAME)
         self._lock_fd = None
         # One connection shared by the trackers of all nodes, each under its
