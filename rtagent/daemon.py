@@ -3,9 +3,16 @@ and metrics, systemd notify, and what signals ask for.
 
 Start-up order: health endpoint (answers 503 "starting") -> a random
 start-up delay -> the first audit (so a claim never meets a node that was
-never read) -> RPC server -> notifications -> READY=1. The main thread then
-only waits: signal handlers set flags, and the main thread acts on them
-(reload, stop) and pings the systemd watchdog while the loop is alive.
+never read) -> RPC server consuming (a failed start is retried with backoff
+and reported by /healthz; READY=1 waits for it) -> notifications ->
+READY=1.
+
+Signals: a handler only records what was asked (a plain attribute, no
+lock) and writes one byte to the daemon's wake-up pipe (also given to
+``signal.set_wakeup_fd``). Every wait of the main thread is a ``select`` on
+that pipe, after which ordinary code acts: the reload, the Guru Meditation
+report, the shutdown. A handler that took a lock or logged could interrupt
+the main thread while it held that same lock, and deadlock it.
 
 Shutdown (SIGTERM/SIGINT): stop taking RPC calls and wait for those in
 flight, stop the loop, one final audit to flush the latest state to
@@ -13,7 +20,10 @@ Placement, then exit 0; all of it bounded by ``[daemon] shutdown_timeout``.
 """
 
 import logging
+import os
 import random
+import re
+import select
 import threading
 import time
 
@@ -22,6 +32,11 @@ from rtagent.periodic import PeriodicLoop
 from rtagent.rpc import status as statusmod
 
 LOG = logging.getLogger(__name__)
+
+# A failed RPC start is retried after min(cap, base x 2^(attempts-1))
+# seconds times a random factor in [0.5, 1] (seconds).
+RPC_RETRY_BASE = 1.0
+RPC_RETRY_CAP = 30.0
 
 
 class Daemon:
@@ -42,6 +57,10 @@ class Daemon:
     :param reload: callable() -> a new validated ConfigOpts, raising an
         RtagentError or oslo.config error when it is unusable.
     :param apply_conf: callable(new_conf) applying what may change at run time.
+    :param store: the :class:`rtagent.tracker.store.Store`, whose failing
+        durable writes make the agent unhealthy; or None.
+    :param report: callable() writing a diagnostic report (SIGUSR2: the
+        Guru Meditation Report), run by the main thread; or None.
     """
 
     def __init__(
@@ -57,6 +76,8 @@ class Daemon:
         health=None,
         reload=None,
         apply_conf=None,
+        store=None,
+        report=None,
         trigger=None,
         rng=random.random,
         clock=time.monotonic,
@@ -72,12 +93,21 @@ class Daemon:
         self._make_health = health
         self._reload = reload
         self._apply_conf = apply_conf
+        self._store = store
+        self._report = report
         self._rng = rng
         self._clock = clock
         self._wall = wall
+        # Set by the main thread only (other threads wait on it).
         self._stop = threading.Event()
-        self._hup = threading.Event()
-        self._wake = threading.Event()
+        # What signal handlers and other threads ask for: plain attributes,
+        # written without a lock, read and cleared by the main thread.
+        self._stop_requested = None  # the signal number, 0 if not a signal
+        self._reload_requested = False
+        self._report_requested = False
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
         self.loop = PeriodicLoop(
             self._tick,
             conf.rtagent.audit_interval,
@@ -86,8 +116,17 @@ class Daemon:
             trigger=trigger,
         )
         self.rpc = None
+        self._starter = None
+        self._start_outcome = {}
+        self._rpc_error = None
+        self._rpc_attempts = 0
+        self._rpc_retry_at = None
+        self._ready = False
         self.health = None
         self._loop_thread = None
+        self._ping_period = None
+        self._last_ping = None
+        self._last_status = None
         # The last audit, for health, status and metrics.
         self._tick_started = None
         self._last_success = None
@@ -97,15 +136,43 @@ class Daemon:
         self.reload_failures = 0
         metrics.watch(agent.nodes.trackers, self.sync_state)
 
-    # -- signals (called from signal handlers: flags only) ----------------
+    # -- requests (safe in signal handlers: a flag and a byte, no lock) ------
 
-    def request_stop(self):
-        self._stop.set()
-        self._wake.set()
+    @property
+    def wakeup_fd(self):
+        """The write end of the wake-up pipe, for ``signal.set_wakeup_fd``."""
+        return self._wake_w
+
+    def request_stop(self, signum=0):
+        """Ask the main thread to shut down (SIGTERM, SIGINT)."""
+        self._stop_requested = signum
+        self._poke()
 
     def request_reload(self):
-        self._hup.set()
-        self._wake.set()
+        """Ask the main thread to reload the configuration (SIGHUP)."""
+        self._reload_requested = True
+        self._poke()
+
+    def request_report(self):
+        """Ask the main thread to write the diagnostic report (SIGUSR2)."""
+        self._report_requested = True
+        self._poke()
+
+    def _poke(self):
+        fd = self._wake_w
+        if fd is None:
+            return
+        try:
+            os.write(fd, b"\0")
+        except OSError:
+            pass  # full: the main thread has wake-ups pending anyway; or closed
+
+    def close(self):
+        """Close the wake-up pipe (after :meth:`run`, signals restored)."""
+        fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), None, None
+        for fd in fds:
+            if fd is not None:
+                os.close(fd)
 
     # -- the audit tick ----------------------------------------------------
 
@@ -165,13 +232,45 @@ class Daemon:
             stale = self.conf.health.sync_stale_after
             if self._last_success is not None and self._wall() - self._last_success > stale:
                 reasons.append(f"no successful audit for more than {stale:.0f} s")
-        if self._make_rpc is not None and self.loop.runs and self.rpc is None:
-            reasons.append("RPC server not running")
+        rpc = self._rpc_problem()
+        if rpc is not None:
+            reasons.append(rpc)
+        failure = self._store.write_failure if self._store is not None else None
+        if failure is not None:
+            # Claims are refused while durable writes fail (a full disk).
+            reasons.append(f"state store: the last durable write failed: {failure}")
         for tracker in self.agent.nodes.trackers():
             snap = tracker.snapshot()
             if snap.unavailable:
                 reasons.append(f"node {snap.node_uuid}: {snap.unavailable}")
         return reasons
+
+    def _rpc_problem(self):
+        if self._make_rpc is None or self.rpc is not None:
+            return None
+        if self._rpc_error is not None:
+            return (
+                f"RPC server not running: {self._rpc_error} "
+                f"({self._rpc_attempts} attempt(s); retrying with backoff)"
+            )
+        if self.loop.runs:
+            return "RPC server not running: connecting to the message broker"
+        return None
+
+    def rpc_state(self):
+        """The RPC server's start-up state (what status reports)."""
+        if self._make_rpc is None:
+            return {"enabled": False}
+        retry_in = None
+        if self.rpc is None and self._rpc_retry_at is not None:
+            retry_in = max(0.0, round(self._rpc_retry_at - self._clock(), 1))
+        return {
+            "enabled": True,
+            "running": self.rpc is not None,
+            "attempts": self._rpc_attempts,
+            "last_error": self._rpc_error,
+            "retry_in": retry_in,
+        }
 
     def _stalled(self):
         started = self._tick_started
@@ -187,8 +286,12 @@ class Daemon:
         return state
 
     def status(self):
+        problems = self.problems()
         return {
             "host": self.conf.host,
+            "healthy": not problems,
+            "problems": problems,
+            "rpc": self.rpc_state(),
             "nodes": [
                 statusmod.node_status(t.snapshot(), self.node_sync(t.node_uuid))
                 for t in self.agent.nodes.trackers()
@@ -209,6 +312,8 @@ class Daemon:
     def run(self):
         """Run until :meth:`request_stop`; returns the exit status (0)."""
         self.notifier.status("starting")
+        ping = self.notifier.watchdog_interval
+        self._ping_period = min(1.0, ping) if ping else None
         if self._make_health is not None:
             self.health = self._make_health(self.problems, self.status)
             self.health.start()
@@ -216,67 +321,173 @@ class Daemon:
         self._loop_thread.start()
         # The first audit (after the start-up delay) before taking calls.
         while self.loop.runs == 0 and not self._stop.is_set() and self._loop_thread.is_alive():
-            self._wake.wait(0.05)
-            self._wake.clear()
-            self._handle_reload()
+            self._idle(0.05)
         if not self._stop.is_set():
             self._start_serving()
         if not self._stop.is_set():
+            self._ready = True
             self.notifier.ready(self.summary())
             LOG.info("rtagent ready: %s", self.summary())
-        self._supervise()
+        while not self._stop.is_set():
+            self._idle(1.0)
         return self._shutdown()
 
     def _run_loop(self):
-        delay = self.conf.daemon.startup_delay * self._rng()
-        if delay > 0:
-            LOG.info("Waiting %.1f s before the first audit (startup_delay)", delay)
-            if self._stop.wait(delay):
-                return
-        self.loop.run()
+        try:
+            delay = self.conf.daemon.startup_delay * self._rng()
+            if delay > 0:
+                LOG.info("Waiting %.1f s before the first audit (startup_delay)", delay)
+                if self._stop.wait(delay):
+                    return
+            self.loop.run()
+        finally:
+            self._poke()  # the main thread may be waiting for this thread
+
+    # -- the main thread's waits -------------------------------------------
+
+    def _wait(self, seconds):
+        """Block until woken or ``seconds`` pass, then act on requests."""
+        if seconds > 0 and self._wake_r is not None:
+            select.select([self._wake_r], [], [], seconds)
+        self._drain()
+        self._act()
+
+    def _drain(self):
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except (BlockingIOError, TypeError):
+            pass  # empty (or closed)
+
+    def _act(self):
+        """Do what handlers and other threads asked for, in ordinary code."""
+        if self._stop_requested is not None and not self._stop.is_set():
+            if self._stop_requested:
+                LOG.info("Signal %d received, stopping", self._stop_requested)
+            else:
+                LOG.info("Stop requested")
+            self._stop.set()
+        if self._reload_requested:
+            self._reload_requested = False
+            if self._stop.is_set():
+                LOG.debug("SIGHUP received while stopping: not reloading")
+            else:
+                self._handle_reload()
+        if self._report_requested:
+            self._report_requested = False
+            self._write_report()
+
+    def _idle(self, seconds):
+        """:meth:`_wait`, then ping the watchdog and refresh systemd's STATUS=."""
+        self._wait(seconds)
+        if self._stop.is_set():
+            return
+        now = self._clock()
+        if (
+            self._ping_period is not None
+            and (self._last_ping is None or now - self._last_ping >= self._ping_period)
+            and self._loop_thread.is_alive()
+            and not self._stalled()
+        ):
+            self.notifier.watchdog()
+            self._last_ping = now
+        line = self.summary() if self._ready else self._starting_line()
+        if line != self._last_status:
+            self.notifier.status(line)
+            self._last_status = line
+
+    def _starting_line(self):
+        rpc = self._rpc_problem()
+        if rpc is not None:
+            return f"starting: {rpc}"[:200]
+        return "starting"
+
+    def _join(self, thread, seconds):
+        """Wait up to ``seconds`` for ``thread`` (which pokes when done),
+        still acting on requests (a report during a slow shutdown)."""
+        deadline = self._clock() + max(0.0, seconds)
+        while thread.is_alive():
+            left = deadline - self._clock()
+            if left <= 0:
+                return False
+            self._wait(min(1.0, left))
+        return True
+
+    # -- RPC ---------------------------------------------------------------
 
     def _start_serving(self):
-        if self._make_rpc is not None:
-            endpoint = self._make_endpoint(
-                on_call=self.metrics.record_rpc,
-                on_change=self.publisher.poke if self.publisher is not None else None,
-                status_of=lambda tracker: statusmod.node_status(
-                    tracker.snapshot(), self.node_sync(tracker.node_uuid)
-                ),
-            )
-            rpc = self._make_rpc(endpoint)
-            # Connecting blocks while the broker is unreachable; keep the
-            # main thread free to act on SIGTERM meanwhile.
-            starter = threading.Thread(target=rpc.start, name="rpc-start", daemon=True)
-            starter.start()
-            while starter.is_alive() and not self._stop.is_set():
-                starter.join(0.2)
-            if starter.is_alive():
-                return
-            self.rpc = rpc
+        if self._make_rpc is not None and not self._start_rpc():
+            return
         if self.publisher is not None:
             self.publisher.start()
 
-    def _supervise(self):
-        ping = self.notifier.watchdog_interval
-        period = min(1.0, ping) if ping else 1.0
-        last_status = None
+    def _start_rpc(self):
+        """Start the RPC server; retry with backoff until it consumes or a
+        stop is asked. :returns: True once it is serving."""
+        endpoint = self._make_endpoint(
+            on_call=self.metrics.record_rpc,
+            on_change=self.publisher.poke if self.publisher is not None else None,
+            status_of=lambda tracker: statusmod.node_status(
+                tracker.snapshot(), self.node_sync(tracker.node_uuid)
+            ),
+        )
         while not self._stop.is_set():
-            self._wake.wait(period)
-            self._wake.clear()
-            self._handle_reload()
-            alive = self._loop_thread.is_alive() and not self._stalled()
-            if ping and alive:
-                self.notifier.watchdog()
-            summary = self.summary()
-            if summary != last_status:
-                self.notifier.status(summary)
-                last_status = summary
+            self._rpc_attempts += 1
+            # A fresh server per attempt: oslo.messaging's start() marks a
+            # server started before it connects, so a failed one never
+            # starts again.
+            outcome = self._start_outcome = {}
+            starter = self._starter = threading.Thread(
+                target=self._try_start, args=(endpoint, outcome), name="rpc-start", daemon=True
+            )
+            starter.start()
+            # Connecting blocks while the broker is unreachable; keep the
+            # main thread free to act on SIGTERM meanwhile.
+            while starter.is_alive() and not self._stop.is_set():
+                self._idle(1.0)
+            if starter.is_alive():
+                return False  # stopping while connecting (see _shutdown)
+            if "error" not in outcome:
+                self.rpc = outcome["rpc"]
+                if self._rpc_error is not None:
+                    LOG.info("RPC server started after %d attempts", self._rpc_attempts)
+                self._rpc_error = None
+                self._rpc_retry_at = None
+                return True
+            self._rpc_failed(outcome["error"])
+            while not self._stop.is_set() and self._clock() < self._rpc_retry_at:
+                self._idle(min(1.0, self._rpc_retry_at - self._clock()))
+        return False
+
+    def _try_start(self, endpoint, outcome):
+        try:
+            rpc = self._make_rpc(endpoint)
+            rpc.start()
+            outcome["rpc"] = rpc
+        except Exception as exc:
+            outcome["error"] = exc
+        finally:
+            self._poke()
+
+    def _rpc_failed(self, exc):
+        cause = _scrub(f"{type(exc).__name__}: {exc}")
+        delay = min(RPC_RETRY_CAP, RPC_RETRY_BASE * 2 ** (self._rpc_attempts - 1))
+        delay *= 0.5 + 0.5 * self._rng()
+        self._rpc_retry_at = self._clock() + delay
+        if cause != self._rpc_error:
+            # Once per cause, not once per attempt.
+            LOG.error(
+                "RPC server did not start (%s); not ready until it does. Retrying with "
+                "backoff: next attempt in %.1f s, then at most every %.0f s",
+                cause.rstrip(". "),
+                delay,
+                RPC_RETRY_CAP,
+            )
+        self._rpc_error = cause
+
+    # -- what signals ask for ------------------------------------------------
 
     def _handle_reload(self):
-        if not self._hup.is_set():
-            return
-        self._hup.clear()
         if self._reload is None:
             LOG.warning("SIGHUP received: nothing to reload")
             return
@@ -295,16 +506,32 @@ class Daemon:
         LOG.info("Configuration reloaded; an audit follows to apply it")
         self.loop.trigger()
 
+    def _write_report(self):
+        if self._report is None:
+            LOG.warning("SIGUSR2 received: no report is configured")
+            return
+        try:
+            self._report()
+        except Exception:
+            LOG.exception("The diagnostic report failed")
+
+    # -- shutdown ----------------------------------------------------------
+
     def _shutdown(self):
         bound = self.conf.daemon.shutdown_timeout
         deadline = self._clock() + bound
         self.notifier.stopping("stopping: finishing calls in flight")
         LOG.info("Stopping: no new RPC calls; finishing those in flight")
+        if self.rpc is None and self._starter is not None:
+            # A start still connecting: give it a moment, so that a server
+            # it starts is stopped here rather than cut off at exit.
+            self._join(self._starter, min(2.0, deadline - self._clock()))
+            self.rpc = self._start_outcome.get("rpc")
         if self.rpc is not None:
-            _bounded(self.rpc.stop, deadline - self._clock(), "RPC server stop")
+            self._bounded(self.rpc.stop, deadline - self._clock(), "RPC server stop")
         self.loop.stop()
         if self._loop_thread is not None:
-            self._loop_thread.join(max(0.0, deadline - self._clock()))
+            self._join(self._loop_thread, deadline - self._clock())
         if self.publisher is not None:
             # Stopped before the final flush publishes once more: the
             # publisher's state is not shared between two threads.
@@ -312,7 +539,7 @@ class Daemon:
         if self.loop.runs and not self._loop_thread.is_alive():
             # The last word to Placement: whatever the final calls changed.
             # (Not while a stuck tick still runs: a sync is single-threaded.)
-            _bounded(self._final_flush, deadline - self._clock(), "final flush")
+            self._bounded(self._final_flush, deadline - self._clock(), "final flush")
         if self.health is not None:
             self.health.stop()
         LOG.info("Stopped after %d audit(s), %d failed", self.loop.runs, self.loop.failures)
@@ -326,11 +553,25 @@ class Daemon:
         if self.publisher is not None:
             self.publisher.publish_once()
 
+    def _bounded(self, func, seconds, what):
+        """Run ``func`` in a thread; give up waiting after ``seconds``."""
 
-def _bounded(func, seconds, what):
-    """Run ``func`` in a thread; give up waiting after ``seconds``."""
-    worker = threading.Thread(target=func, name=what, daemon=True)
-    worker.start()
-    worker.join(max(0.0, seconds))
-    if worker.is_alive():
-        LOG.warning("%s did not finish within the shutdown timeout; exiting anyway", what)
+        def run():
+            try:
+                func()
+            finally:
+                self._poke()
+
+        worker = threading.Thread(target=run, name=what, daemon=True)
+        worker.start()
+        if not self._join(worker, seconds):
+            LOG.warning("%s did not finish within the shutdown timeout; exiting anyway", what)
+
+
+# user:password@ in a (multi-host) URL an error message might quote.
+_CREDENTIALS = re.compile(r"(?:(?<=//)|(?<=,))([^:/@,\s]*):[^@/,\s]*@")
+
+
+def _scrub(text):
+    """``text`` without URL passwords."""
+    return _CREDENTIALS.sub(r"\1:***@", text)

@@ -65,9 +65,12 @@ def build_and_run(conf, reload_conf):
             health=make_health if conf.health.enabled else None,
             reload=reload_conf,
             apply_conf=lambda new: apply_conf(conf, new, agent),
+            # The Agent has no public accessor for its store.
+            store=agent._store,
+            report=_guru_meditation(conf),
             trigger=trigger,
         )
-        _install_signals(conf, the_daemon)
+        _install_signals(the_daemon)
         return the_daemon.run()
     finally:
         for t in (rpc_transport, notify_transport):
@@ -101,26 +104,54 @@ def apply_conf(conf, new, agent):
     )
 
 
-def _install_signals(conf, the_daemon):
+def _install_signals(the_daemon):
+    """Handlers that only record the request and wake the main thread.
+
+    They run in the main thread between any two bytecodes, also while it
+    holds a lock (an Event's, a log handler's): a handler that took a lock
+    or logged could deadlock it. The daemon acts in ordinary code instead.
+    ``set_wakeup_fd`` wakes the main thread's select even when the kernel
+    delivers the signal to another thread.
+    """
+
     def stop(signum, frame):
-        LOG.info("Signal %d received, stopping", signum)
-        the_daemon.request_stop()
+        the_daemon.request_stop(signum)
 
     def hangup(signum, frame):
         the_daemon.request_reload()
 
+    def report(signum, frame):
+        the_daemon.request_report()
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, hangup)
-    # SIGUSR2: a Guru Meditation Report (threads, config, stacks) to stderr,
-    # or to [oslo_reports] log_dir.
+    signal.signal(signal.SIGUSR2, report)
+    signal.set_wakeup_fd(the_daemon.wakeup_fd, warn_on_full_buffer=False)
+
+
+def _guru_meditation(conf):
+    """SIGUSR2's report: a Guru Meditation Report (threads, stacks,
+    configuration) to stderr, or a file in ``[oslo_reports] log_dir``.
+
+    oslo.reports' own SIGUSR2 handler writes the report inside the handler;
+    ours only asks the daemon, whose main thread calls the function returned
+    here. ``[oslo_reports] file_event_handler`` keeps working (oslo.reports
+    watches that file from a thread of its own).
+    """
     from oslo_reports import guru_meditation_report as gmr
 
     try:
-        version = metadata.version("rtagent")
+        version = _Version(metadata.version("rtagent"))
     except metadata.PackageNotFoundError:
-        version = "unknown"
-    gmr.TextGuruMeditation.setup_autorun(_Version(version), conf=conf)
+        version = _Version("unknown")
+    gmr.TextGuruMeditation.setup_autorun(version, conf=conf, setup_signal=False)
+    log_dir = conf.oslo_reports.log_dir
+
+    def report():
+        gmr.TextGuruMeditation.handle_signal(version, "rtagent", log_dir, None)
+
+    return report
 
 
 class _Version:

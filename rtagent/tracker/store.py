@@ -366,6 +366,16 @@ class Store:
             raise errors.StateError(path=self.path, reason=str(exc)) from exc
         return frozenset(uuid for (uuid,) in rows)
 
+    # Why the last durable write failed; None since a write succeeded.
+    _write_failure = None
+
+    @property
+    def write_failure(self):
+        """None, or the reason (str) the last :meth:`apply` failed, e.g.
+        ``"database or disk is full"``; the next successful one clears it.
+        Read by health checks from any thread."""
+        return self._write_failure
+
     def apply(self, node_uuid, changes):
         """Write a :class:`rtagent.tracker.state.Changes` of ``node_uuid``
         in ONE transaction; rows of other nodes are never touched. Its
@@ -379,7 +389,9 @@ class Store:
             with self._transaction():
                 self._apply(node_uuid, changes)
         except sqlite3.Error as exc:
+            self._write_failure = str(exc) or type(exc).__name__
             raise errors.StateError(path=self.path, reason=str(exc)) from exc
+        self._write_failure = None
 
     def _apply(self, node_uuid, changes):
         put = "INSERT OR REPLACE INTO {} (node_uuid, uuid, body) VALUES (?, ?, ?)"

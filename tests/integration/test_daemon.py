@@ -102,7 +102,7 @@ port = {self.port}
 {extra}"""
         )
 
-    def start(self):
+    def start(self, wait_ready=True):
         env = dict(os.environ, NOTIFY_SOCKET=self.notify.path, WATCHDOG_USEC="2000000")
         env.pop("WATCHDOG_PID", None)
         self.log = open(self.log_path, "ab")
@@ -113,7 +113,8 @@ port = {self.port}
             stderr=subprocess.STDOUT,
             env=env,
         )
-        self.notify.wait_for("READY", "1", timeout=60)
+        if wait_ready:
+            self.notify.wait_for("READY", "1", timeout=60)
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
