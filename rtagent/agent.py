@@ -50,7 +50,8 @@ class Agent:
     :param nodes: a :class:`rtagent.tracker.nodes.NodeSet`.
     :param make_publisher: callable(node_uuid) -> a new
         :class:`~rtagent.publisher.NodePublisher` for that node.
-    :param store: the state store, closed with the agent.
+    :param store: the state store, closed with the agent (``store``: health
+        checks read its ``write_failure``).
     :param client: the PlacementClient, for standalone claims.
     :param provider_configs: a ProviderConfigSource, or None.
     """
@@ -71,7 +72,7 @@ class Agent:
         self.provider_configs = provider_configs
         self._make_publisher = make_publisher
         self._client = client
-        self._store = store
+        self.store = store
         self._clock = clock
         self._publishers = {}
         # The audit thread owns the publishers and their caches. Other
@@ -243,5 +244,5 @@ class Agent:
     def close(self):
         """Close the hypervisor connection and the state store."""
         self.driver.close()
-        if self._store is not None:
-            self._store.close()
+        if self.store is not None:
+            self.store.close()

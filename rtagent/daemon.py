@@ -7,12 +7,10 @@ never read) -> RPC server consuming (a failed start is retried with backoff
 and reported by /healthz; READY=1 waits for it) -> notifications ->
 READY=1.
 
-Signals: a handler only records what was asked (a plain attribute, no
-lock) and writes one byte to the daemon's wake-up pipe (also given to
-``signal.set_wakeup_fd``). Every wait of the main thread is a ``select`` on
-that pipe, after which ordinary code acts: the reload, the Guru Meditation
-report, the shutdown. A handler that took a lock or logged could interrupt
-the main thread while it held that same lock, and deadlock it.
+Signals: a handler only records what was asked and wakes the main thread
+(:mod:`rtagent.wakeup`); every wait of the main thread is a wait on that
+wake-up, after which ordinary code acts: the reload, the Guru Meditation
+report, the shutdown. Starting RPC is :mod:`rtagent.rpc.starter`.
 
 Shutdown (SIGTERM/SIGINT): stop taking RPC calls and wait for those in
 flight, stop the loop, one final audit to flush the latest state to
@@ -20,23 +18,17 @@ Placement, then exit 0; all of it bounded by ``[daemon] shutdown_timeout``.
 """
 
 import logging
-import os
 import random
-import re
-import select
 import threading
 import time
 
 from rtagent import exception
 from rtagent.periodic import PeriodicLoop
 from rtagent.rpc import status as statusmod
+from rtagent.rpc.starter import RPCStarter
+from rtagent.wakeup import Wakeup
 
 LOG = logging.getLogger(__name__)
-
-# A failed RPC start is retried after min(cap, base x 2^(attempts-1))
-# seconds times a random factor in [0.5, 1] (seconds).
-RPC_RETRY_BASE = 1.0
-RPC_RETRY_CAP = 30.0
 
 
 class Daemon:
@@ -61,6 +53,8 @@ class Daemon:
         durable writes make the agent unhealthy; or None.
     :param report: callable() writing a diagnostic report (SIGUSR2: the
         Guru Meditation Report), run by the main thread; or None.
+    :param wakeup: the :class:`rtagent.wakeup.Wakeup` signal handlers use
+        (a new one if None); closed with the daemon.
     """
 
     def __init__(
@@ -79,6 +73,7 @@ class Daemon:
         store=None,
         report=None,
         trigger=None,
+        wakeup=None,
         rng=random.random,
         clock=time.monotonic,
         wall=time.time,
@@ -87,7 +82,6 @@ class Daemon:
         self.agent = agent
         self.metrics = metrics
         self.notifier = notifier
-        self._make_rpc = make_rpc
         self._make_endpoint = make_endpoint
         self.publisher = publisher
         self._make_health = health
@@ -100,14 +94,12 @@ class Daemon:
         self._wall = wall
         # Set by the main thread only (other threads wait on it).
         self._stop = threading.Event()
-        # What signal handlers and other threads ask for: plain attributes,
-        # written without a lock, read and cleared by the main thread.
-        self._stop_requested = None  # the signal number, 0 if not a signal
-        self._reload_requested = False
-        self._report_requested = False
-        self._wake_r, self._wake_w = os.pipe()
-        for fd in (self._wake_r, self._wake_w):
-            os.set_blocking(fd, False)
+        self.wakeup = wakeup or Wakeup()
+        self._rpc = (
+            RPCStarter(make_rpc, self.wakeup.poke, rng=rng, clock=clock)
+            if make_rpc is not None
+            else None
+        )
         self.loop = PeriodicLoop(
             self._tick,
             conf.rtagent.audit_interval,
@@ -116,11 +108,6 @@ class Daemon:
             trigger=trigger,
         )
         self.rpc = None
-        self._starter = None
-        self._start_outcome = {}
-        self._rpc_error = None
-        self._rpc_attempts = 0
-        self._rpc_retry_at = None
         self._ready = False
         self.health = None
         self._loop_thread = None
@@ -136,43 +123,15 @@ class Daemon:
         self.reload_failures = 0
         metrics.watch(agent.nodes.trackers, self.sync_state)
 
-    # -- requests (safe in signal handlers: a flag and a byte, no lock) ------
-
-    @property
-    def wakeup_fd(self):
-        """The write end of the wake-up pipe, for ``signal.set_wakeup_fd``."""
-        return self._wake_w
+    # -- requests (safe in signal handlers and from any thread) -------------
 
     def request_stop(self, signum=0):
         """Ask the main thread to shut down (SIGTERM, SIGINT)."""
-        self._stop_requested = signum
-        self._poke()
-
-    def request_reload(self):
-        """Ask the main thread to reload the configuration (SIGHUP)."""
-        self._reload_requested = True
-        self._poke()
-
-    def request_report(self):
-        """Ask the main thread to write the diagnostic report (SIGUSR2)."""
-        self._report_requested = True
-        self._poke()
-
-    def _poke(self):
-        fd = self._wake_w
-        if fd is None:
-            return
-        try:
-            os.write(fd, b"\0")
-        except OSError:
-            pass  # full: the main thread has wake-ups pending anyway; or closed
+        self.wakeup.request_stop(signum)
 
     def close(self):
         """Close the wake-up pipe (after :meth:`run`, signals restored)."""
-        fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), None, None
-        for fd in fds:
-            if fd is not None:
-                os.close(fd)
+        self.wakeup.close()
 
     # -- the audit tick ----------------------------------------------------
 
@@ -246,31 +205,11 @@ class Daemon:
         return reasons
 
     def _rpc_problem(self):
-        if self._make_rpc is None or self.rpc is not None:
-            return None
-        if self._rpc_error is not None:
-            return (
-                f"RPC server not running: {self._rpc_error} "
-                f"({self._rpc_attempts} attempt(s); retrying with backoff)"
-            )
-        if self.loop.runs:
-            return "RPC server not running: connecting to the message broker"
-        return None
+        return None if self._rpc is None else self._rpc.problem(audited=self.loop.runs > 0)
 
     def rpc_state(self):
         """The RPC server's start-up state (what status reports)."""
-        if self._make_rpc is None:
-            return {"enabled": False}
-        retry_in = None
-        if self.rpc is None and self._rpc_retry_at is not None:
-            retry_in = max(0.0, round(self._rpc_retry_at - self._clock(), 1))
-        return {
-            "enabled": True,
-            "running": self.rpc is not None,
-            "attempts": self._rpc_attempts,
-            "last_error": self._rpc_error,
-            "retry_in": retry_in,
-        }
+        return {"enabled": False} if self._rpc is None else self._rpc.state()
 
     def _stalled(self):
         started = self._tick_started
@@ -341,40 +280,26 @@ class Daemon:
                     return
             self.loop.run()
         finally:
-            self._poke()  # the main thread may be waiting for this thread
+            self.wakeup.poke()  # the main thread may be waiting for this thread
 
     # -- the main thread's waits -------------------------------------------
 
     def _wait(self, seconds):
-        """Block until woken or ``seconds`` pass, then act on requests."""
-        if seconds > 0 and self._wake_r is not None:
-            select.select([self._wake_r], [], [], seconds)
-        self._drain()
-        self._act()
-
-    def _drain(self):
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except (BlockingIOError, TypeError):
-            pass  # empty (or closed)
-
-    def _act(self):
-        """Do what handlers and other threads asked for, in ordinary code."""
-        if self._stop_requested is not None and not self._stop.is_set():
-            if self._stop_requested:
-                LOG.info("Signal %d received, stopping", self._stop_requested)
+        """Block until woken or ``seconds`` pass, then do what handlers and
+        other threads asked for, in ordinary code."""
+        asked = self.wakeup.wait(seconds)
+        if asked.stop is not None and not self._stop.is_set():
+            if asked.stop:
+                LOG.info("Signal %d received, stopping", asked.stop)
             else:
                 LOG.info("Stop requested")
             self._stop.set()
-        if self._reload_requested:
-            self._reload_requested = False
+        if asked.reload:
             if self._stop.is_set():
                 LOG.debug("SIGHUP received while stopping: not reloading")
             else:
                 self._handle_reload()
-        if self._report_requested:
-            self._report_requested = False
+        if asked.report:
             self._write_report()
 
     def _idle(self, seconds):
@@ -416,14 +341,15 @@ class Daemon:
     # -- RPC ---------------------------------------------------------------
 
     def _start_serving(self):
-        if self._make_rpc is not None and not self._start_rpc():
+        if self._rpc is not None and not self._start_rpc():
             return
         if self.publisher is not None:
             self.publisher.start()
 
     def _start_rpc(self):
         """Start the RPC server; retry with backoff until it consumes or a
-        stop is asked. :returns: True once it is serving."""
+        stop is asked, acting on signals meanwhile. :returns: True once it
+        is serving."""
         endpoint = self._make_endpoint(
             on_call=self.metrics.record_rpc,
             on_change=self.publisher.poke if self.publisher is not None else None,
@@ -431,59 +357,19 @@ class Daemon:
                 tracker.snapshot(), self.node_sync(tracker.node_uuid)
             ),
         )
+        starter = self._rpc
         while not self._stop.is_set():
-            self._rpc_attempts += 1
-            # A fresh server per attempt: oslo.messaging's start() marks a
-            # server started before it connects, so a failed one never
-            # starts again.
-            outcome = self._start_outcome = {}
-            starter = self._starter = threading.Thread(
-                target=self._try_start, args=(endpoint, outcome), name="rpc-start", daemon=True
-            )
-            starter.start()
-            # Connecting blocks while the broker is unreachable; keep the
-            # main thread free to act on SIGTERM meanwhile.
-            while starter.is_alive() and not self._stop.is_set():
+            starter.begin(endpoint)
+            while starter.connecting and not self._stop.is_set():
                 self._idle(1.0)
-            if starter.is_alive():
+            if starter.connecting:
                 return False  # stopping while connecting (see _shutdown)
-            if "error" not in outcome:
-                self.rpc = outcome["rpc"]
-                if self._rpc_error is not None:
-                    LOG.info("RPC server started after %d attempts", self._rpc_attempts)
-                self._rpc_error = None
-                self._rpc_retry_at = None
+            if starter.collect():
+                self.rpc = starter.server
                 return True
-            self._rpc_failed(outcome["error"])
-            while not self._stop.is_set() and self._clock() < self._rpc_retry_at:
-                self._idle(min(1.0, self._rpc_retry_at - self._clock()))
+            while not self._stop.is_set() and starter.retry_in():
+                self._idle(min(1.0, starter.retry_in()))
         return False
-
-    def _try_start(self, endpoint, outcome):
-        try:
-            rpc = self._make_rpc(endpoint)
-            rpc.start()
-            outcome["rpc"] = rpc
-        except Exception as exc:
-            outcome["error"] = exc
-        finally:
-            self._poke()
-
-    def _rpc_failed(self, exc):
-        cause = _scrub(f"{type(exc).__name__}: {exc}")
-        delay = min(RPC_RETRY_CAP, RPC_RETRY_BASE * 2 ** (self._rpc_attempts - 1))
-        delay *= 0.5 + 0.5 * self._rng()
-        self._rpc_retry_at = self._clock() + delay
-        if cause != self._rpc_error:
-            # Once per cause, not once per attempt.
-            LOG.error(
-                "RPC server did not start (%s); not ready until it does. Retrying with "
-                "backoff: next attempt in %.1f s, then at most every %.0f s",
-                cause.rstrip(". "),
-                delay,
-                RPC_RETRY_CAP,
-            )
-        self._rpc_error = cause
 
     # -- what signals ask for ------------------------------------------------
 
@@ -522,11 +408,11 @@ class Daemon:
         deadline = self._clock() + bound
         self.notifier.stopping("stopping: finishing calls in flight")
         LOG.info("Stopping: no new RPC calls; finishing those in flight")
-        if self.rpc is None and self._starter is not None:
+        if self.rpc is None and self._rpc is not None and self._rpc.thread is not None:
             # A start still connecting: give it a moment, so that a server
             # it starts is stopped here rather than cut off at exit.
-            self._join(self._starter, min(2.0, deadline - self._clock()))
-            self.rpc = self._start_outcome.get("rpc")
+            self._join(self._rpc.thread, min(2.0, deadline - self._clock()))
+            self.rpc = self._rpc.started_late()
         if self.rpc is not None:
             self._bounded(self.rpc.stop, deadline - self._clock(), "RPC server stop")
         self.loop.stop()
@@ -560,18 +446,9 @@ class Daemon:
             try:
                 func()
             finally:
-                self._poke()
+                self.wakeup.poke()
 
         worker = threading.Thread(target=run, name=what, daemon=True)
         worker.start()
         if not self._join(worker, seconds):
             LOG.warning("%s did not finish within the shutdown timeout; exiting anyway", what)
-
-
-# user:password@ in a (multi-host) URL an error message might quote.
-_CREDENTIALS = re.compile(r"(?:(?<=//)|(?<=,))([^:/@,\s]*):[^@/,\s]*@")
-
-
-def _scrub(text):
-    """``text`` without URL passwords."""
-    return _CREDENTIALS.sub(r"\1:***@", text)

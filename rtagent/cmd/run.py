@@ -9,6 +9,7 @@ from rtagent.rpc import notifier as notifiermod
 from rtagent.rpc import transport
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.server import RPCServer
+from rtagent.wakeup import Wakeup
 
 LOG = logging.getLogger(__name__)
 
@@ -25,6 +26,8 @@ def build_and_run(conf, reload_conf):
     meter = metrics.Metrics()
     trigger = periodic.Trigger()
     agent = builder.build_agent(conf, observer=meter.observer(), on_change=trigger.pull)
+    # What signal handlers wake; installed before the daemon runs.
+    wakeup = Wakeup()
     rpc_transport = notify_transport = None
     try:
         publisher = None
@@ -65,12 +68,12 @@ def build_and_run(conf, reload_conf):
             health=make_health if conf.health.enabled else None,
             reload=reload_conf,
             apply_conf=lambda new: apply_conf(conf, new, agent),
-            # The Agent has no public accessor for its store.
-            store=agent._store,
+            store=agent.store,
             report=_guru_meditation(conf),
             trigger=trigger,
+            wakeup=wakeup,
         )
-        _install_signals(the_daemon)
+        _install_signals(wakeup)
         return the_daemon.run()
     finally:
         for t in (rpc_transport, notify_transport):
@@ -104,7 +107,7 @@ def apply_conf(conf, new, agent):
     )
 
 
-def _install_signals(the_daemon):
+def _install_signals(wakeup):
     """Handlers that only record the request and wake the main thread.
 
     They run in the main thread between any two bytecodes, also while it
@@ -115,19 +118,19 @@ def _install_signals(the_daemon):
     """
 
     def stop(signum, frame):
-        the_daemon.request_stop(signum)
+        wakeup.request_stop(signum)
 
     def hangup(signum, frame):
-        the_daemon.request_reload()
+        wakeup.request_reload()
 
     def report(signum, frame):
-        the_daemon.request_report()
+        wakeup.request_report()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, hangup)
     signal.signal(signal.SIGUSR2, report)
-    signal.set_wakeup_fd(the_daemon.wakeup_fd, warn_on_full_buffer=False)
+    signal.set_wakeup_fd(wakeup.fd, warn_on_full_buffer=False)
 
 
 def _guru_meditation(conf):
