@@ -1,0 +1,511 @@
+"""Hostile callers and a hostile host, against a real ``rtagent run``.
+
+The agent runs as systemd would run it (a subprocess over a private
+RabbitMQ and a real Placement process, the libvirt test driver's demo
+host, its health port on loopback). Then, in turn:
+
+1. before: claim latency from 4 conductors (the baseline);
+2. fuzz: 16 threads send >= 10,000 calls mixing hostile payloads (deep
+   nesting, huge and odd strings, control, bidi and surrogate characters,
+   NaN and infinite numbers, floats for integers, unknown methods and
+   attributes, odd version strings) with valid claims and aborts. After
+   every batch the agent's usage is recounted against the claims it
+   acknowledged: a lost or double-counted claim is a MISS;
+3. half-open: 1,500 connections to the health port that never send a
+   request, held while claims are measured again;
+4. SIGHUP storm: 3,000 SIGHUPs in a burst while claims are measured;
+5. SIGTERM: the agent must exit 0 within its shutdown bound.
+
+Prints key=value lines, the last a summary with PASS or MISS; exits 1 on a
+miss or a void measurement (no claims measured in a phase). Targets:
+internal errors 0, lost acknowledged claims 0, claim p99 during each attack
+at most 5x the p99 before (plus 20 ms, the jitter of one RPC round trip on
+2 cores), the health port answering during the half-open phase, exit 0.
+"""
+
+import collections
+import json
+import logging
+import math
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from rtagent.rpc.transport import get_transport, messaging
+from rtagent.testing.placement_server import PlacementServer
+from rtagent.testing.rabbitmq import RabbitMQ
+from tests.functional.conftest import DEMO_URI
+from tests.functional.rpc.harness import make_conf
+
+# Through rtagent's transport module: it selects oslo.service's threading
+# backend before oslo_messaging is first imported.
+oslo_messaging = messaging()
+
+HOST = "hostile-bench"
+FUZZ_THREADS = 16
+FUZZ_CALLS = int(os.environ.get("HOSTILE_CALLS", "10240"))
+BATCHES = 8
+CLAIMERS = 4
+PHASE_S = float(os.environ.get("HOSTILE_PHASE_SECONDS", "6"))
+HALF_OPEN = 1500
+SIGHUPS = 3000
+P99_FACTOR, P99_SLACK_MS = 5.0, 20.0
+FLAVOR = {"vcpus": 1, "memory_mb": 16}
+CALL_TIMEOUT = 30
+RTAGENT = os.path.join(os.path.dirname(sys.executable), "rtagent")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AgentProcess:
+    """``rtagent run`` in its own directory, stopped by PID."""
+
+    def __init__(self, workdir, broker, placement):
+        self.workdir = workdir
+        self.port = free_port()
+        os.makedirs(os.path.join(workdir, "instances"), exist_ok=True)
+        self.conf_path = os.path.join(workdir, "rtagent.conf")
+        with open(self.conf_path, "w") as f:
+            f.write(
+                f"""[DEFAULT]
+host = {HOST}
+state_path = {workdir}/state
+transport_url = {broker.transport_url}
+reserved_host_memory_mb = 2048
+cpu_allocation_ratio = 1000.0
+[libvirt]
+connection_uri = {DEMO_URI}
+instances_path = {workdir}/instances
+[placement]
+auth_type = admin_token
+endpoint = {placement.endpoint}
+token = admin
+timeout = 5
+[rtagent]
+audit_interval = 2
+[daemon]
+startup_delay = 0
+shutdown_timeout = 20
+[health]
+port = {self.port}
+"""
+            )
+        self.log = open(os.path.join(workdir, "agent.log"), "ab")
+        self.proc = subprocess.Popen(
+            [RTAGENT, "--config-file", self.conf_path, "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def get(self, path, timeout=5):
+        url = f"http://127.0.0.1:{self.port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def wait_healthy(self, timeout=90):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rtagent exited {self.proc.returncode}")
+            try:
+                if self.get("/healthz", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("rtagent did not become healthy")
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+
+
+class Caller:
+    """A conductor's raw oslo.messaging client (so odd versions can be sent)."""
+
+    def __init__(self, url, version="1.1"):
+        self.transport = get_transport(make_conf(tempfile.mkdtemp(), url), url=url)
+        self.target = oslo_messaging.Target(topic="rtagent", server=HOST, version="1.0")
+        self.client = oslo_messaging.get_rpc_client(
+            self.transport, self.target, timeout=CALL_TIMEOUT, retry=3
+        )
+        self.version = version
+
+    def call(self, method, version=None, **args):
+        version = version or self.version
+        if version in ("1.0", "1.1", "2.0", "9.9", "1.99"):
+            return self.client.prepare(version=version).call({}, method, **args)
+        # Versions oslo.messaging's client refuses to send ("1", "1.1a", ""):
+        # a caller with another client can still send them, so this does,
+        # through the transport's send (what the client calls under it).
+        message = {"method": method, "args": args, "version": version}
+        return self.transport._send(
+            self.target, {}, message, wait_for_reply=True, timeout=CALL_TIMEOUT
+        )
+
+    def close(self):
+        self.transport.cleanup()
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+class Ledger:
+    """The claims the agent acknowledged and has not released."""
+
+    def __init__(self):
+        self.held = {}
+        self.lock = threading.Lock()
+
+    def granted(self, instance, resources):
+        with self.lock:
+            self.held[instance] = dict(resources)
+
+    def released(self, instance):
+        with self.lock:
+            self.held.pop(instance, None)
+
+    def totals(self):
+        with self.lock:
+            used = collections.Counter()
+            for resources in self.held.values():
+                used.update(resources)
+            return used, len(self.held)
+
+
+def hostile_values(rng):
+    """One hostile value among many kinds."""
+    deep = current = []
+    for _ in range(rng.choice((64, 600, 3000))):
+        nxt = []
+        current.append(nxt)
+        current = nxt
+    choices = [
+        deep,
+        "x" * rng.choice((256, 70_000)),
+        "name\n",
+        "a\u0085b",
+        "\u202eevil",
+        "\ud800",
+        float("nan"),
+        float("inf"),
+        -1,
+        2**70,
+        2.0,
+        True,
+        None,
+        {"k": "v"},
+        [1, 2],
+        "",
+        str(uuid.uuid4()).upper() + "\n",
+    ]
+    return rng.choice(choices)
+
+
+METHODS = (
+    "instance_claim",
+    "abort_instance_claim",
+    "update_instance",
+    "start_move",
+    "finish_move",
+    "get_status",
+    "set_disabled",
+    "ping",
+    "target",
+    "_serve",
+    "__init__",
+    "no_such_method",
+)
+ARG_NAMES = (
+    "instance_uuid",
+    "flavor",
+    "limits",
+    "node_uuid",
+    "migration_uuid",
+    "vm_state",
+    "reason",
+    "user_id",
+    "project_id",
+    "extra",
+)
+VERSIONS = ("1.0", "1.1", "1", "1.1a", "", "2.0", "9.9", "1.99")
+
+
+def hostile_call(rng):
+    """(method, version, args) of one hostile call."""
+    method = rng.choice(METHODS)
+    args = {}
+    for name in rng.sample(ARG_NAMES, rng.randint(0, 4)):
+        args[name] = hostile_values(rng)
+    if rng.random() < 0.5:
+        args["instance_uuid"] = str(uuid.uuid4())
+        args["flavor"] = dict(FLAVOR, **{rng.choice(list(FLAVOR)): hostile_values(rng)})
+    version = rng.choice(VERSIONS) if rng.random() < 0.2 else None
+    return method, version, args
+
+
+def fuzz(url, ledger, seed, calls, counts, internal, mutex):
+    rng = random.Random(seed)
+    caller = Caller(url)
+    try:
+        for _ in range(calls):
+            if rng.random() < 0.3:
+                inst = str(uuid.uuid4())
+                reply = caller.call("instance_claim", instance_uuid=inst, flavor=FLAVOR)
+                code = "ok" if reply["ok"] else reply["error"]["code"]
+                if reply["ok"]:
+                    ledger.granted(inst, reply["result"]["resources"])
+                    if rng.random() < 0.5:
+                        gone = caller.call("abort_instance_claim", instance_uuid=inst)
+                        if gone.get("ok"):
+                            ledger.released(inst)
+            else:
+                method, version, args = hostile_call(rng)
+                try:
+                    reply = caller.call(method, version=version, **args)
+                    code = "ok" if reply.get("ok") else reply["error"]["code"]
+                except oslo_messaging.MessagingTimeout:
+                    code = "timeout"
+                except oslo_messaging.RemoteError as exc:
+                    code = f"remote:{exc.exc_type}"
+                    if _has_frames(exc):
+                        with mutex:
+                            internal.append(f"{method} v={version!r}: {exc.exc_type}")
+                except (TypeError, ValueError, RecursionError) as exc:
+                    code = f"client:{type(exc).__name__}"  # our side could not send it
+                except oslo_messaging.MessagingException as exc:
+                    code = f"client:{type(exc).__name__}"
+            with mutex:
+                counts[code] += 1
+                if code == "rpc.internal_error":
+                    internal.append(method)
+    finally:
+        caller.close()
+
+
+def _has_frames(exc):
+    """A RemoteError that carries the server's stack (a traceback a caller
+    can provoke), not only the documented error's one line."""
+    lines = exc.traceback if isinstance(exc.traceback, list) else [exc.traceback or ""]
+    return any('File "' in line or "Traceback (most recent" in line for line in lines)
+
+
+def release_all(caller, ledger):
+    """Abort every claim the ledger holds (the fuzz leaves half of its
+    claims held), so that later phases measure claims that fit."""
+    for inst in list(ledger.held):
+        if caller.call("abort_instance_claim", instance_uuid=inst)["ok"]:
+            ledger.released(inst)
+
+
+def recount(caller, ledger, baseline):
+    """(lost, extra) acknowledged claims: usage vs the ledger."""
+    status = caller.call("get_status")["result"]
+    node = status["nodes"][0] if "nodes" in status else status
+    used = {rc: r["used"] for rc, r in node["resources"].items()}
+    want, count = ledger.totals()
+    diff = {rc: used.get(rc, 0) - baseline.get(rc, 0) - want.get(rc, 0) for rc in want}
+    return min(0, min(diff.values(), default=0)), max(0, max(diff.values(), default=0)), count
+
+
+def claim_latencies(url, seconds, ledger):
+    """Claims and aborts from CLAIMERS conductors for ``seconds``."""
+    latencies, errors, lock = [], collections.Counter(), threading.Lock()
+
+    def claimer():
+        caller = Caller(url)
+        caller.call("ping")
+        mine = []
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                inst = str(uuid.uuid4())
+                t0 = time.perf_counter()
+                reply = caller.call("instance_claim", instance_uuid=inst, flavor=FLAVOR)
+                mine.append(time.perf_counter() - t0)
+                if reply["ok"]:
+                    ledger.granted(inst, reply["result"]["resources"])
+                    if caller.call("abort_instance_claim", instance_uuid=inst)["ok"]:
+                        ledger.released(inst)
+                else:
+                    with lock:
+                        errors[reply["error"]["code"]] += 1
+        except oslo_messaging.MessagingTimeout:
+            with lock:
+                errors["timeout"] += 1
+        finally:
+            caller.close()
+            with lock:
+                latencies.extend(mine)
+
+    threads = [threading.Thread(target=claimer) for _ in range(CLAIMERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 2 * CALL_TIMEOUT)
+    return latencies, errors
+
+
+def half_open(port, count):
+    socks = []
+    for _ in range(count):
+        s = socket.socket()
+        s.settimeout(5)
+        try:
+            s.connect(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            break
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
+        socks.append(s)
+    return socks
+
+
+def main():
+    logging.basicConfig(level=logging.WARNING)
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 8192)), hard))
+    workdir = tempfile.mkdtemp(prefix="rtagent-bench-hostile-")
+    misses, void = [], []
+    with RabbitMQ() as broker, PlacementServer(db_sync=False) as placement:
+        agent = AgentProcess(workdir, broker, placement)
+        try:
+            agent.wait_healthy()
+            url = broker.transport_url
+            probe = Caller(url)
+            ledger = Ledger()
+            node = probe.call("get_status")["result"]
+            node = node["nodes"][0] if "nodes" in node else node
+            baseline = {rc: r["used"] for rc, r in node["resources"].items()}
+
+            before, before_errors = claim_latencies(url, PHASE_S, ledger)
+            p99_before = pct(before, 0.99) * 1000
+            print(f"claims_before={len(before)} claim_p99_before_ms={p99_before:.1f}")
+
+            counts, internal, mutex = collections.Counter(), [], threading.Lock()
+            per_batch = FUZZ_CALLS // (BATCHES * FUZZ_THREADS)
+            lost = extra = 0
+            for batch in range(BATCHES):
+                threads = [
+                    threading.Thread(
+                        target=fuzz,
+                        args=(url, ledger, batch * 100 + i, per_batch, counts, internal, mutex),
+                    )
+                    for i in range(FUZZ_THREADS)
+                ]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(600)
+                low, high, held = recount(probe, ledger, baseline)
+                lost, extra = max(lost, -low), max(extra, high)
+            calls = sum(counts.values())
+            print(f"fuzz_calls={calls} threads={FUZZ_THREADS} batches={BATCHES}")
+            print("fuzz_outcomes=" + json.dumps(dict(counts.most_common()), sort_keys=True))
+            print(f"internal_errors={len(internal)} {internal[:5] if internal else ''}".rstrip())
+            print(f"lost_acknowledged_claims={lost} double_counted={extra} held_now={held}")
+            release_all(probe, ledger)
+
+            socks = half_open(agent.port, HALF_OPEN)
+            try:
+                t0 = time.monotonic()
+                status, _ = agent.get("/healthz", timeout=10)
+                health_s = time.monotonic() - t0
+                during, during_errors = claim_latencies(url, PHASE_S, ledger)
+            finally:
+                for s in socks:
+                    s.close()
+            p99_half = pct(during, 0.99) * 1000
+            print(
+                f"half_open_connections={len(socks)} healthz_during={status} "
+                f"healthz_seconds={health_s:.2f} claims_during_half_open={len(during)} "
+                f"claim_p99_half_open_ms={p99_half:.1f}"
+            )
+
+            storm = []
+
+            def hup_storm():
+                time.sleep(0.5)
+                t0 = time.monotonic()
+                for _ in range(SIGHUPS):
+                    os.kill(agent.proc.pid, signal.SIGHUP)
+                storm.append(time.monotonic() - t0)
+
+            stormer = threading.Thread(target=hup_storm)
+            stormer.start()
+            hup, hup_errors = claim_latencies(url, PHASE_S, ledger)
+            stormer.join()
+            p99_hup = pct(hup, 0.99) * 1000
+            print(
+                f"sighups={SIGHUPS} storm_seconds={storm[0]:.2f} claims_during_storm={len(hup)} "
+                f"claim_p99_sighup_ms={p99_hup:.1f}"
+            )
+            low, high, held = recount(probe, ledger, baseline)
+            lost, extra = max(lost, -low), max(extra, high)
+            probe.close()
+
+            t0 = time.monotonic()
+            agent.proc.send_signal(signal.SIGTERM)
+            try:
+                code = agent.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                code = None
+            print(f"sigterm_exit={code} sigterm_seconds={time.monotonic() - t0:.1f}")
+            errors = before_errors + during_errors + hup_errors
+            print("claim_errors=" + json.dumps(dict(errors), sort_keys=True))
+        finally:
+            agent.kill()
+
+    bound = p99_before * P99_FACTOR + P99_SLACK_MS
+    for name, n in (("before", len(before)), ("half_open", len(during)), ("sighup", len(hup))):
+        if n < 10:
+            void.append(f"claims_{name}={n}")
+    if calls < 10_000:
+        void.append(f"fuzz_calls={calls}")
+    if internal:
+        misses.append(f"internal_errors={len(internal)}")
+    if lost or extra:
+        misses.append(f"lost={lost} double={extra}")
+    if status != 200 or health_s > 5:
+        misses.append(f"healthz_during_half_open={status} in {health_s:.1f}s")
+    for name, value in (("half_open", p99_half), ("sighup", p99_hup)):
+        if not math.isfinite(value) or value > bound:
+            misses.append(f"claim_p99_{name}_ms={value:.1f}>{bound:.1f}")
+    if code != 0:
+        misses.append(f"sigterm_exit={code}")
+    verdict = "VOID" if void else ("MISS" if misses else "PASS")
+    print(
+        f"summary fuzz_calls={calls} internal_errors={len(internal)} lost_claims={lost} "
+        f"claim_p99_before_ms={p99_before:.1f} claim_p99_half_open_ms={p99_half:.1f} "
+        f"claim_p99_sighup_ms={p99_hup:.1f} (target <= {bound:.1f}) sigterm_exit={code} "
+        f"{verdict} {' '.join(void + misses)}".rstrip()
+    )
+    return 0 if verdict == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
