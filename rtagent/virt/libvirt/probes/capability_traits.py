@@ -20,6 +20,8 @@ Every function returns ``{trait: reason}``; ``reason`` is the libvirt fact
 in the docs. Traits os-traits does not define are never produced.
 """
 
+import functools
+
 import os_traits
 
 from rtagent.virt.libvirt.probes import xmlutil
@@ -218,6 +220,7 @@ def driver_traits():
     return found
 
 
+@functools.cache
 def managed_traits():
     """Every capability trait this module could ever grant."""
     defined = _defined()
@@ -230,5 +233,6 @@ def managed_traits():
     return frozenset(names & defined)
 
 
+@functools.cache
 def _defined():
     return frozenset(os_traits.get_traits("COMPUTE_"))

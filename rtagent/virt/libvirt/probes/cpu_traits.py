@@ -24,6 +24,8 @@ Only traits os-traits defines are ever produced (a unit test checks the
 table against the installed os-traits).
 """
 
+import functools
+
 import os_traits
 
 X86_FEATURE_TRAITS = {
@@ -116,10 +118,12 @@ def cpu_traits(arch, features):
     }
 
 
+@functools.cache
 def managed_traits(arch):
     """Every CPU trait the table could give on ``arch``."""
     return frozenset(t for t in FEATURE_TRAITS.get(arch, {}).values() if t in _defined())
 
 
+@functools.cache
 def _defined():
     return frozenset(os_traits.get_traits("HW_CPU_"))
