@@ -41,12 +41,15 @@ check-genconfig: venv
 	    --config-file etc/rtagent/rtagent-config-generator.conf --output-file $$tmp && \
 	diff -u etc/rtagent/rtagent.conf.sample $$tmp && echo "sample config is current"
 
-# Runs every benchmarks/*.py; each prints key=value lines, the last a summary.
+# Runs every benchmarks/*.py; each prints key=value lines, the last a summary,
+# and exits non-zero on a miss or a void measurement. All run; the target
+# fails if any did, and names them.
 bench: venv
-	@set -e; found=0; for script in benchmarks/*.py; do \
-	    [ -e "$$script" ] || continue; found=1; \
-	    echo "== $$script"; $(PY) "$$script"; \
-	done; [ $$found -eq 1 ] || echo "no benchmarks yet (benchmarks/*.py)"
+	@failed=""; for script in benchmarks/*.py; do \
+	    [ -e "$$script" ] || continue; \
+	    echo "== $$script"; $(PY) "$$script" || failed="$$failed $$script"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "bench: MISS or VOID in:$$failed"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

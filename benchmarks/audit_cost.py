@@ -97,11 +97,13 @@ def main():
                 print(f"domains={n} bare_ms={bare_ms:.2f}")
     constant = len({calls for _ms, calls in results.values()}) == 1
     ratio = results[SIZES[-1]][0] / bare_ms
+    ok = constant and ratio <= 1.5
     print(
         f"summary calls_constant={'yes' if constant else 'no'} "
-        f"ratio_vs_bare={ratio:.2f} target_ratio=1.5"
+        f"ratio_vs_bare={ratio:.2f} target_ratio=1.5 {'PASS' if ok else 'MISS'}"
     )
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

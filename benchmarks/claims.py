@@ -181,12 +181,16 @@ def main():
     print(f"p99_ratio_audit_vs_idle={p99_ratio:.2f}")
     print(f"p50_ratio_vs_commit={p50_ratio:.2f}")
     ok = p99_ratio <= 2.0 and p50_ratio <= 3.0
+    # Phase b measures claims while audits run: with fewer than 3 audits
+    # completed it measured something else, whatever its figures say.
+    verdict = "VOID" if len(audits) < 3 else ("PASS" if ok else "MISS")
     print(
         f"summary claim_p50_ms={a50:.3f} claim_p99_ms={a99:.3f} "
         f"p99_ratio_audit_vs_idle={p99_ratio:.2f} (target <= 2.0) "
-        f"p50_ratio_vs_commit={p50_ratio:.2f} (target <= 3.0) {'PASS' if ok else 'MISS'}"
+        f"p50_ratio_vs_commit={p50_ratio:.2f} (target <= 3.0) "
+        f"audits_during_phase_b={len(audits)} (needs >= 3) {verdict}"
     )
-    return 0
+    return 0 if verdict == "PASS" else 1
 
 
 if __name__ == "__main__":

@@ -111,7 +111,8 @@ def main():
         f"claims_per_s={len(claims) / SECONDS:.0f} empty_call_p50_ms={empty_p50:.2f} "
         f"ratio_vs_empty_call={ratio:.2f} (target <= 1.5) {'PASS' if ratio <= 1.5 else 'MISS'}"
     )
+    return 0 if ratio <= 1.5 else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
