@@ -412,7 +412,7 @@ class Daemon:
             # A start still connecting: give it a moment, so that a server
             # it starts is stopped here rather than cut off at exit.
             self._join(self._rpc.thread, min(2.0, deadline - self._clock()))
-            self.rpc = self._rpc.started_late()
+            self.rpc = self._rpc.abandon()
         if self.rpc is not None:
             self._bounded(self.rpc.stop, deadline - self._clock(), "RPC server stop")
         self.loop.stop()

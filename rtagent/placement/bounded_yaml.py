@@ -29,6 +29,10 @@ MAX_DEPTH = 32
 MAX_ALIASES = 1000
 MAX_ALIAS_NODES = 100_000
 MAX_REASON = 1000
+# PyYAML builds a base-60 number ("1:59:59:...", YAML 1.1) in quadratic time
+# (510 KB took 8 s), so an unquoted value that could be one is refused past
+# this length; no number in the schema comes near it.
+MAX_PLAIN_SCALAR = 256
 
 # libyaml when present: the same safe loader, parsing in C.
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -108,6 +112,11 @@ def check_shape(text, fail):
             if anchor is not None:
                 sizes[anchor] = count - start
         elif isinstance(event, yaml.ScalarEvent):
+            if not event.style and _maybe_base60(event.value):
+                fail(
+                    f"{where}: an unquoted number of {len(event.value)} characters "
+                    f"(at most {MAX_PLAIN_SCALAR})"
+                )
             count += 1
             if event.anchor is not None:
                 sizes[event.anchor] = 1
@@ -133,3 +142,8 @@ def read(path, fail):
         return data.decode("utf-8"), len(data)
     except UnicodeDecodeError as exc:
         fail(f"not UTF-8 text (byte {exc.start})")
+
+
+def _maybe_base60(value):
+    """A long plain scalar that YAML 1.1 could read as a base-60 number."""
+    return len(value) > MAX_PLAIN_SCALAR and ":" in value and value[:1] in "+-0123456789"

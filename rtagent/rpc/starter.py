@@ -48,6 +48,10 @@ class RPCStarter:
         self._retry_at = None
         self._thread = None
         self._outcome = {}
+        # Set at shutdown: an attempt that connects afterwards stops its
+        # own server instead of serving calls nobody will finish.
+        self._mutex = threading.Lock()
+        self._abandoned = False
 
     def begin(self, endpoint):
         """Start one attempt in its own thread."""
@@ -71,7 +75,13 @@ class RPCStarter:
         try:
             rpc = self._make_rpc(endpoint)
             rpc.start()
-            outcome["rpc"] = rpc
+            with self._mutex:
+                late = self._abandoned
+                if not late:
+                    outcome["rpc"] = rpc
+            if late:
+                LOG.info("RPC server connected after shutdown began: stopping it")
+                rpc.stop()
         except Exception as exc:
             outcome["error"] = exc
         finally:
@@ -107,10 +117,13 @@ class RPCStarter:
             return None
         return max(0.0, self._retry_at - self._clock())
 
-    def started_late(self):
-        """A server an attempt started after the caller stopped waiting (at
-        shutdown, so that it is stopped rather than cut off), or None."""
-        return self._outcome.get("rpc")
+    def abandon(self):
+        """Shutdown: no more attempts. :returns: a server the current
+        attempt has started (for the caller to stop), or None; an attempt
+        that connects from now on stops its server itself."""
+        with self._mutex:
+            self._abandoned = True
+            return self._outcome.get("rpc")
 
     def problem(self, audited):
         """Why RPC is not serving (for health), or None.

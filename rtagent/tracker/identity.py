@@ -3,8 +3,8 @@
 The node UUID names the root resource provider in Placement. Losing it would
 make the next start register a second provider for the same host (an
 operator pain with nova-compute), so it lives in ``state_path/compute_id``
-(the file name nova-compute uses, so an rtagent pointed at nova's state
-directory keeps nova's provider) and a copy lives in the store. A missing
+(the file name nova-compute uses, so nova's file copied here keeps nova's
+provider) and a copy lives in the store. A missing
 file is restored from the store; a file that disagrees with the store, or
 that does not hold a UUID, stops the agent with instructions instead of
 guessing.

@@ -305,3 +305,15 @@ def test_sighup_with_a_refused_file_keeps_the_last_good_config(tmp_path, caplog,
     assert "node.yaml" in str(source.last_error)
     (record,) = [r for r in caplog.records if "keeping the last good" in r.getMessage()]
     assert len(record.getMessage()) < MESSAGE_BOUND
+
+
+def test_a_long_unquoted_number_is_refused_before_it_is_built(tmp_path):
+    """PyYAML builds a base-60 integer in quadratic time: 510 KB took 8 s."""
+    digits = ":".join(["59"] * 20000)  # ~60 KB: ~0.1 s to build, refused first
+    (tmp_path / "p.yaml").write_text(
+        "meta: {schema_version: '1.0'}\nproviders:\n"
+        "- identification: {uuid: $COMPUTE_NODE}\n"
+        f"  inventories: {{additional: [{{CUSTOM_X: {{total: {digits}}}}}]}}\n"
+    )
+    with pytest.raises(pc.ProviderConfigError, match="unquoted number of"):
+        pc.load(str(tmp_path))
