@@ -151,6 +151,14 @@ def blocked_put(recorder, consumer, during):
     recorder.hook = hook
 
 
+def assert_told_to_retry(agent, x, outcome):
+    """The racing call was told to retry; had it been told "granted", its
+    claim would have to be there (the bug: granted, then rolled back)."""
+    held = x in {i.uuid for i in agent.tracker.snapshot().instances}
+    assert outcome == ["retry"] or held, f"{outcome[0]} but the claim is gone"
+    assert outcome == ["retry"]
+
+
 def test_a_plain_claim_racing_a_standalone_rollback_is_not_lost(
     make_agent, operator, client, recorder
 ):
@@ -174,9 +182,7 @@ def test_a_plain_claim_racing_a_standalone_rollback_is_not_lost(
     blocked_put(recorder, x, plain_claim)
     with pytest.raises(placement_errors.AllocationRefused):
         claim_standalone(agent.tracker, client, x, TINY, project_id="p", user_id="u")
-    held = x in {i.uuid for i in agent.tracker.snapshot().instances}
-    assert outcome == ["retry"] or held, f"{outcome[0]} but the claim is gone"
-    assert outcome == ["retry"]
+    assert_told_to_retry(agent, x, outcome)
 
 
 def test_a_standalone_retry_racing_a_timed_out_write_is_not_lost(make_agent, client, recorder):
@@ -200,9 +206,7 @@ def test_a_standalone_retry_racing_a_timed_out_write_is_not_lost(make_agent, cli
     blocked_put(recorder, x, retry_then_time_out)
     with pytest.raises(placement_errors.PlacementUnavailable):
         claim_standalone(agent.tracker, client, x, TINY, project_id="p", user_id="u")
-    held = x in {i.uuid for i in agent.tracker.snapshot().instances}
-    assert outcome == ["retry"] or held, f"{outcome[0]} but the claim is gone"
-    assert outcome == ["retry"]
+    assert_told_to_retry(agent, x, outcome)
     # released, not forgotten: if the write landed after all, healing removes it
     assert x in agent.tracker.snapshot().healable
 
