@@ -14,6 +14,7 @@ calls made directly with no parsing or probes, so ``ratio_vs_bare`` is what
 the audit adds on top of libvirt.
 """
 
+import argparse
 import os
 import statistics
 import sys
@@ -27,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from rtagent.virt.libvirt import LibvirtDriver
 from rtagent.virt.libvirt.facts import DOMAIN_STATS
 
-REPEAT = 15
+REPEAT = 21
 SIZES = (10, 100, 1000)
 
 
@@ -50,13 +51,17 @@ def host_xml(n):
     )
 
 
-def median_ms(fn):
-    times = []
+def median_ms(*fns):
+    """Median ms of each of ``fns``, run in turn REPEAT times: interleaving
+    keeps a burst of load elsewhere on the machine from landing on one side
+    of a ratio only."""
+    times = [[] for _ in fns]
     for _ in range(REPEAT):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+        for fn, samples in zip(fns, times, strict=True):
+            started = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - started) * 1000)
+    return [statistics.median(samples) for samples in times]
 
 
 def bare_calls(conn):
@@ -72,7 +77,25 @@ def bare_calls(conn):
         dom.name()
 
 
+def forgetful(driver):
+    """``driver.read_host`` with the per-domain caches emptied first."""
+
+    def read_host():
+        driver._info_cache.clear()
+        driver._domain_cache.clear()
+        return driver.read_host()
+
+    return read_host
+
+
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--forget-domains",
+        action="store_true",
+        help="negative control: forget every domain before each audit (must MISS)",
+    )
+    args = parser.parse_args()
     libvirt.registerErrorHandler(lambda *_a: None, None)
     results = {}
     with tempfile.TemporaryDirectory(prefix="rtagent-bench-") as tmp:
@@ -85,16 +108,18 @@ def main():
             view = driver.read_host()
             assert len(view.domains) == n, (len(view.domains), n)
             first = driver.last_call_count
-            audit_ms = median_ms(driver.read_host)
+            audit = forgetful(driver) if args.forget_domains else driver.read_host
+            if n == SIZES[-1]:
+                conn = libvirt.open(uri)
+                audit_ms, bare_ms = median_ms(audit, lambda c=conn: bare_calls(c))
+                conn.close()
+            else:
+                (audit_ms,) = median_ms(audit)
             calls = driver.last_call_count
             driver.close()
             results[n] = (audit_ms, calls)
             print(f"domains={n} audit_ms={audit_ms:.2f} libvirt_calls={calls} first_calls={first}")
-            if n == SIZES[-1]:
-                conn = libvirt.open(uri)
-                bare_ms = median_ms(lambda c=conn: bare_calls(c))
-                conn.close()
-                print(f"domains={n} bare_ms={bare_ms:.2f}")
+        print(f"domains={SIZES[-1]} bare_ms={bare_ms:.2f}")
     constant = len({calls for _ms, calls in results.values()}) == 1
     ratio = results[SIZES[-1]][0] / bare_ms
     ok = constant and ratio <= 1.5
