@@ -1,0 +1,300 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""Agent CPU per steady audit tick, for 0, 100 and 1000 tracked instances.
+
+Prints key=value lines, the last a summary:
+
+    instances=N tick_cpu_ms=T tick_cpu_p90_ms=P reads_per_tick=R writes_per_tick=W ticks=K
+    instances=N profile_rank=I function=F tottime_share=S
+    bare_get_cpu_ms=B bare_get_round_trips=M
+    summary n0_vs_bare=X target=2 n1000_vs_n0=Y target=2 PASS|MISS|VOID
+
+A whole tick is ``agent.audit()``: read the host from libvirt's test
+driver, update the tracker, build the desired tree, sync it to Placement
+(one read), heal. Placement runs in its own process (PlacementServer), so
+``time.process_time()`` here is the agent's CPU only (with the libvirt test
+driver, which lives in the agent's process as a real libvirt connection
+would cost the agent its client side).
+
+Each of the N instances is tracked: claimed through the tracker, a test
+driver domain with its UUID (so it is no drift), and its allocation written
+as a Nova scheduler would. Steady ticks follow warm-up ticks with nothing
+changed; each must make exactly one read and no write, or the figures are
+VOID.
+
+The baseline is the CPU of one bare ``GET /resource_providers?in_tree=ROOT``
+on the agent's own keystoneauth adapter, from this process: a steady tick
+cannot cost less than the one read it makes. Targets: a steady tick at
+N=0 costs at most 2x that round trip, and N=1000 at most 2x N=0 (the
+per-tick work must not grow with the instances).
+
+Negative control: ``--uncached-traits`` clears the caches of the trait
+lists derived from os_traits before every tick (the cost found in issue 12:
+~80 os_traits.get_traits() calls per tick); it must MISS.
+"""
+
+import argparse
+import cProfile
+import logging
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import libvirt
+
+from rtagent import builder
+from rtagent import conf as rtconf
+from rtagent.placement.client import MICROVERSION, RequestObserver
+from rtagent.testing.placement_server import PlacementServer
+from rtagent.tracker.model import Flavor
+from rtagent.virt.libvirt import driver as libvirt_driver
+from rtagent.virt.libvirt.probes import capability_traits, cpu_traits
+
+SIZES = (0, 100, 1000)
+PROFILED = (0, 1000)
+WARMUP = 5
+TICKS = 30
+PROFILE_TICKS = 10
+BARE_GETS = 200
+TARGET = 2.0
+FLAVOR = Flavor(1, 16, 0)
+WRITES = ("PUT", "POST", "DELETE", "PATCH")
+
+
+class Counter(RequestObserver):
+    def __init__(self):
+        self.methods = []
+
+    def after(self, method, url, status, seconds):
+        self.methods.append(method)
+
+    def take(self):
+        methods, self.methods = self.methods, []
+        return sum(m == "GET" for m in methods), sum(m in WRITES for m in methods)
+
+
+def host_xml(uuids):
+    """A test-driver host with one running 1-vCPU 16 MiB domain per UUID."""
+    doms = "".join(
+        f"<domain type='test'><name>vm-{i}</name><uuid>{u}</uuid>"
+        "<memory>16384</memory><vcpu>1</vcpu><os><type>hvm</type></os>"
+        "<test:runstate>1</test:runstate></domain>"
+        for i, u in enumerate(uuids)
+    )
+    return (
+        "<node xmlns:test='http://libvirt.org/schemas/domain/test/1.0'>"
+        "<cpu><mhz>2400</mhz><model>x86_64</model><nodes>1</nodes><sockets>2</sockets>"
+        "<cores>8</cores><threads>2</threads></cpu><memory>268435456</memory>" + doms + "</node>"
+    )
+
+
+def make_conf(workdir, uri):
+    conf = rtconf.new_conf()
+    conf([], project="rtagent", default_config_files=[])
+    conf.set_override("state_path", os.path.join(workdir, "state"))
+    os.makedirs(os.path.join(workdir, "instances"))
+    conf.set_override("instances_path", os.path.join(workdir, "instances"), group="libvirt")
+    conf.set_override("connection_uri", uri, group="libvirt")
+    # 3 online CPUs in the test driver; before the claims, the domains count
+    # as untracked usage too: room for 2 x 1000 one-vCPU guests.
+    conf.set_override("cpu_allocation_ratio", 1000.0)
+    return conf
+
+
+def schedule(api, node, consumers):
+    """Write allocations as a Nova scheduler does (one batch request)."""
+    body = {
+        c: {
+            "allocations": {node: {"resources": {"VCPU": 1, "MEMORY_MB": 16}}},
+            "project_id": "bench",
+            "user_id": "bench",
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        }
+        for c in consumers
+    }
+    if body:
+        resp = api.post("/allocations", json=body)
+        assert resp.status_code == 204, resp.text
+
+
+def clear_trait_caches():
+    """The negative control: the regression fixed in 218f599 put back."""
+    for fn in (
+        capability_traits._defined,
+        capability_traits.managed_traits,
+        cpu_traits._defined,
+        cpu_traits.managed_traits,
+        libvirt_driver._managed_traits,
+    ):
+        fn.cache_clear()
+
+
+class Measured:
+    """One N's figures; ``void`` says why they cannot be trusted, if so."""
+
+    def __init__(self, n):
+        self.n = n
+        self.ticks = []
+        self.reads = []
+        self.writes = []
+        self.profile = []
+        self.bare = []
+        self.void = None
+
+
+def run_ticks(agent, counter, count, uncached, measured=None):
+    for _ in range(count):
+        if uncached:
+            clear_trait_caches()
+        counter.take()
+        started = time.process_time()
+        agent.audit()
+        spent = time.process_time() - started
+        reads, writes = counter.take()
+        if measured is not None:
+            measured.ticks.append(spent)
+            measured.reads.append(reads)
+            measured.writes.append(writes)
+
+
+def top_functions(profile, count=3):
+    """(name, share of the profiled time) of the ``count`` functions with the
+    most time spent in their own code."""
+    stats = pstats.Stats(profile)
+    total = stats.total_tt or 1.0
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:count]
+    top = []
+    for (path, line, name), (_cc, _nc, tottime, _ct, _callers) in rows:
+        where = os.path.relpath(path) if os.path.isabs(path) else path
+        top.append((f"{where}:{line}({name})", tottime / total))
+    return top
+
+
+def bare_gets(adapter, root, count):
+    """CPU seconds of each bare in_tree GET on ``adapter``; None if one failed."""
+    spent = []
+    for _ in range(count):
+        started = time.process_time()
+        resp = adapter.request(
+            "/resource_providers",
+            "GET",
+            params={"in_tree": root},
+            microversion=MICROVERSION,
+            raise_exc=False,
+        )
+        ok = resp.status_code == 200 and len(resp.json()["resource_providers"]) == 1
+        spent.append(time.process_time() - started)
+        if not ok:
+            return None
+    return spent
+
+
+def measure(n, uncached, with_bare):
+    measured = Measured(n)
+    consumers = [str(uuid.uuid4()) for _ in range(n)]
+    with tempfile.TemporaryDirectory(prefix="rtagent-bench-") as workdir:
+        path = os.path.join(workdir, "host.xml")
+        with open(path, "w") as f:
+            f.write(host_xml(consumers))
+        with PlacementServer() as placement:
+            api = placement.admin_adapter()
+            adapter = placement.admin_adapter()
+            counter = Counter()
+            agent = builder.build_agent(
+                make_conf(workdir, f"test://{path}"), adapter=adapter, observer=counter
+            )
+            try:
+                agent.audit()
+                node = agent.tracker.node_uuid
+                for c in consumers:
+                    agent.tracker.instance_claim(c, FLAVOR, project_id="bench")
+                schedule(api, node, consumers)
+                run_ticks(agent, counter, WARMUP, uncached)
+                snap = agent.tracker.snapshot()
+                if len(snap.instances) != n or snap.drift.untracked or snap.drift.missing:
+                    measured.void = "instances_not_tracked"
+                    return measured
+                run_ticks(agent, counter, TICKS, uncached, measured)
+                if n in PROFILED:
+                    # CPU time, not wall time: waiting on Placement costs the agent nothing.
+                    profile = cProfile.Profile(time.process_time)
+                    profile.enable()
+                    run_ticks(agent, counter, PROFILE_TICKS, uncached)
+                    profile.disable()
+                    measured.profile = top_functions(profile)
+                if with_bare:
+                    measured.bare = bare_gets(adapter, node, BARE_GETS)
+                    if measured.bare is None:
+                        measured.void = "bare_get_failed"
+                usages = api.get(f"/resource_providers/{node}/usages").json()["usages"]
+                if n and usages.get("VCPU") != n:
+                    measured.void = "allocations_missing"
+            finally:
+                agent.close()
+    if any(r != 1 for r in measured.reads) or any(measured.writes):
+        measured.void = measured.void or "tick_not_one_read"
+    return measured
+
+
+def ms(seconds):
+    return seconds * 1000.0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--uncached-traits",
+        action="store_true",
+        help="negative control: clear the os_traits-derived caches before each tick",
+    )
+    parser.add_argument("--ticks", type=int, default=TICKS)
+    args = parser.parse_args(argv)
+    globals()["TICKS"] = args.ticks
+    logging.basicConfig(level=logging.ERROR)
+    libvirt.registerErrorHandler(lambda *_a: None, None)
+
+    results = {}
+    for n in SIZES:
+        m = results[n] = measure(n, args.uncached_traits, with_bare=(n == 0))
+        if m.ticks:
+            ticks = sorted(m.ticks)
+            p90 = ticks[int(0.9 * (len(ticks) - 1))]
+            print(
+                f"instances={n} tick_cpu_ms={ms(statistics.median(ticks)):.3f} "
+                f"tick_cpu_p90_ms={ms(p90):.3f} reads_per_tick={max(m.reads, default=0)} "
+                f"writes_per_tick={max(m.writes, default=0)} ticks={len(ticks)}"
+            )
+        for rank, (name, share) in enumerate(m.profile, 1):
+            print(f"instances={n} profile_rank={rank} function={name} tottime_share={share:.3f}")
+        if m.void:
+            print(f"instances={n} void={m.void}")
+
+    bare = results[0].bare
+    if bare:
+        print(f"bare_get_cpu_ms={ms(statistics.median(bare)):.3f} bare_get_round_trips={len(bare)}")
+    void = [f"{n}:{m.void}" for n, m in results.items() if m.void]
+    if void or not bare:
+        print(f"summary void={','.join(void) or 'no_bare_get'} VOID")
+        return 2
+    n0 = statistics.median(results[0].ticks)
+    n_max = statistics.median(results[SIZES[-1]].ticks)
+    n0_vs_bare = n0 / statistics.median(bare)
+    big_vs_n0 = n_max / n0
+    ok = n0_vs_bare <= TARGET and big_vs_n0 <= TARGET
+    print(
+        f"summary n0_vs_bare={n0_vs_bare:.2f} target={TARGET:g} "
+        f"n{SIZES[-1]}_vs_n0={big_vs_n0:.2f} target={TARGET:g} {'PASS' if ok else 'MISS'}"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
