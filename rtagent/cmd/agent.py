@@ -24,6 +24,8 @@ from oslo_reports import opts as gmr_opts
 
 from rtagent import conf as rtconf
 from rtagent import exception
+from rtagent.cmd import checks
+from rtagent.cmd.version import startup_line, version_string
 from rtagent.conf import daemon as daemon_conf
 from rtagent.conf import health as health_conf
 from rtagent.conf import validation
@@ -65,12 +67,13 @@ def _load_conf(argv):
     )
     transport.register_opts(conf)
     gmr_opts.set_defaults(conf)
-    conf(argv, project="rtagent")
+    conf(argv, project="rtagent", version=version_string())
     return conf
 
 
 def _validate(conf):
     validation.validate(conf, uri_validator=_uri_validator)
+    checks.check_transport_urls(conf)
     # The service's own groups (validation.py reads the agent's).
     for module in (daemon_conf, health_conf):
         for opt in module.ALL_OPTS:
@@ -124,6 +127,12 @@ def main(argv=None):
     except OSError as exc:
         print(f"rtagent: error: cannot set up logging: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        # After logging: a hypervisor that does not answer is a warning.
+        checks.check_cpu_sets(conf)
+    except exception.RtagentError as exc:
+        print(f"rtagent: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
     return _dispatch(conf, argv)
 
@@ -138,6 +147,8 @@ def _dispatch(conf, argv):
     except exception.RtagentError as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    command = "audit --dry-run" if conf.command.dry_run else "audit"
+    LOG.info("%s", startup_line(conf, agent, command))
     try:
         if conf.command.dry_run:
             return _dry_run(agent)

@@ -2,9 +2,9 @@
 
 import logging
 import signal
-from importlib import metadata
 
 from rtagent import builder, daemon, health_server, metrics, periodic, systemd
+from rtagent.cmd.version import startup_line, version_string
 from rtagent.rpc import notifier as notifiermod
 from rtagent.rpc import transport
 from rtagent.rpc.endpoint import AgentEndpoint
@@ -26,6 +26,7 @@ def build_and_run(conf, reload_conf):
     meter = metrics.Metrics()
     trigger = periodic.Trigger()
     agent = builder.build_agent(conf, observer=meter.observer(), on_change=trigger.pull)
+    LOG.info("%s", startup_line(conf, agent, "run"))
     # What signal handlers wake; installed before the daemon runs.
     wakeup = Wakeup()
     rpc_transport = notify_transport = None
@@ -144,10 +145,7 @@ def _guru_meditation(conf):
     """
     from oslo_reports import guru_meditation_report as gmr
 
-    try:
-        version = _Version(metadata.version("rtagent"))
-    except metadata.PackageNotFoundError:
-        version = _Version("unknown")
+    version = _Version(version_string())
     gmr.TextGuruMeditation.setup_autorun(version, conf=conf, setup_signal=False)
     log_dir = conf.oslo_reports.log_dir
 

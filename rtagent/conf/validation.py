@@ -7,6 +7,7 @@ the option.
 """
 
 import os
+import urllib.parse
 
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
@@ -49,6 +50,27 @@ def validate(conf, uri_validator=None):
             uri_validator(conf.libvirt.connection_uri)
         except exception.RtagentError as exc:
             raise ConfigError(group="libvirt", option="connection_uri", reason=str(exc)) from exc
+    _check_test_driver_file(conf.libvirt.connection_uri)
+
+
+def _check_test_driver_file(uri):
+    """libvirt's test driver reads its host from a file, and says only "XML
+    error: failed to parse" when the file is missing, after the state
+    directory exists. ``test:///default`` is built in."""
+    parsed = urllib.parse.urlsplit(uri)
+    if parsed.scheme != "test" or parsed.netloc or parsed.path in ("", "/", "/default"):
+        return
+
+    def fail(reason):
+        raise ConfigError(group="libvirt", option="connection_uri", reason=f"{uri}: {reason}")
+
+    path = urllib.parse.unquote(parsed.path)
+    if not os.path.exists(path):
+        fail(f"the test driver's host file {path} does not exist")
+    if not os.path.isfile(path):
+        fail(f"the test driver's host file {path} is not a regular file")
+    if not os.access(path, os.R_OK):
+        fail(f"the test driver's host file {path} is not readable by this user")
 
 
 def _read(conf, group, name):
@@ -97,6 +119,34 @@ def _check_placement(conf):
     # Plugin options are registered by the load above; read them too.
     for name in list(conf[group]):
         _read(conf, group, name)
+    _check_plugin_secrets(conf, group)
+
+
+# What these auth plugins cannot work without but keystoneauth does not
+# mark required (it would prompt for them on a terminal): left unset, the
+# agent would start, contact Keystone and fail there with a traceback.
+_PLUGIN_NEEDS = {
+    "password": ("password", ("username", "user_id")),
+    "v2password": ("password", ("username", "user_id")),
+    "v3password": ("password", ("username", "user_id")),
+    "http_basic": ("password", ("username",)),
+    "token": ("token",),
+    "v2token": ("token",),
+    "v3token": ("token",),
+    "admin_token": ("token",),
+}
+
+
+def _check_plugin_secrets(conf, group):
+    auth_type = conf[group].auth_type
+    for need in _PLUGIN_NEEDS.get(auth_type, ()):
+        names = (need,) if isinstance(need, str) else need
+        if not any(conf[group][name] for name in names):
+            raise ConfigError(
+                group=group,
+                option=" or ".join(names),
+                reason=f"required when auth_type = {auth_type}",
+            )
 
 
 def _check_directory(group, option, path):

@@ -1,0 +1,129 @@
+"""Start-up checks that need more than oslo.config: the messaging URLs
+(oslo.messaging parses them) and the CPU sets (the host's online CPUs).
+
+Like :mod:`rtagent.conf.validation` they run before the state directory is
+touched or anything is sent over the network, and a failure is one
+:class:`~rtagent.conf.validation.ConfigError` that names the option.
+"""
+
+import logging
+import re
+import threading
+import urllib.parse
+from importlib import metadata
+
+from rtagent.conf.validation import ConfigError
+
+LOG = logging.getLogger(__name__)
+
+# A hung libvirtd must not hang the start: past this, the CPU sets are
+# left to the first audit, which checks them too.
+HOST_TIMEOUT_S = 10.0
+_MAX_PORT = 65535
+
+
+def check_transport_urls(conf):
+    """Parse ``[DEFAULT] transport_url`` and the notifications' one.
+
+    oslo.messaging parses them only when the agent connects, after the
+    first audit, and a typo then ends the service with a traceback.
+
+    :raises ConfigError: a URL does not parse, has a port out of range, or
+        names a driver that is not installed.
+    """
+    from rtagent.rpc import transport
+
+    om = transport.messaging()
+    drivers = sorted(e.name for e in metadata.entry_points(group="oslo.messaging.drivers"))
+    urls = [("DEFAULT", conf.transport_url)]
+    if "oslo_messaging_notifications" in conf:
+        notifications = conf.oslo_messaging_notifications
+        urls.append(("oslo_messaging_notifications", notifications.transport_url))
+    for group, url in urls:
+        if not url:
+            continue
+
+        def fail(reason, group=group, url=url):
+            raise ConfigError(
+                group=group, option="transport_url", reason=f"{_masked(url)}: {reason}"
+            )
+
+        try:
+            parsed = om.TransportURL.parse(conf, url)
+            ports = [host.port for host in parsed.hosts]
+        except (om.InvalidTransportURL, ValueError) as exc:
+            fail(f"{exc}; expected driver://[user:pass@]host:port[,...]/[vhost]")
+        if parsed.transport not in drivers:
+            fail(f"no driver {parsed.transport!r} (installed: {', '.join(drivers)})")
+        for port in ports:
+            if port is not None and not 0 < port <= _MAX_PORT:
+                fail(f"port {port} is out of range")
+
+
+def _masked(url):
+    """``url`` with any password replaced by ``***`` (the message is logged)."""
+    return re.sub(r"(?<=[/,])([^:/@,]*):[^@/]*@", r"\1:***@", url)
+
+
+def check_cpu_sets(conf, timeout=HOST_TIMEOUT_S):
+    """Check ``[compute] cpu_shared_set`` / ``cpu_dedicated_set`` against the
+    host's online CPUs, as the audit would, but before anything is written.
+
+    The CPUs come from libvirt (a read-only connection, closed at once), the
+    source the audit uses; the test driver's host is not the machine's. A
+    remote URI, or a hypervisor that does not answer, skips the check (the
+    first audit makes it).
+
+    :raises rtagent.virt.errors.InvalidCPUSet: a set does not parse, names a
+        CPU that is not online, or the sets overlap; its message names the
+        option.
+    """
+    shared, dedicated = conf.compute.cpu_shared_set, conf.compute.cpu_dedicated_set
+    if not (shared or dedicated):
+        return
+    from rtagent.virt.libvirt.probes import cpusets
+
+    shared = cpusets.parse_cpu_spec("cpu_shared_set", shared)
+    dedicated = cpusets.parse_cpu_spec("cpu_dedicated_set", dedicated)
+    uri = conf.libvirt.connection_uri
+    if urllib.parse.urlsplit(uri).hostname:
+        return  # another host's CPUs: asking would be network I/O before the checks end
+    online = _online_cpus(uri, timeout)
+    if online is not None:
+        cpusets.check_cpu_sets(shared, dedicated, online)
+
+
+def _online_cpus(uri, timeout):
+    """The online CPU ids libvirt reports at ``uri``, or None if it does not
+    answer within ``timeout`` seconds."""
+    import libvirt
+
+    from rtagent.virt.libvirt import connection
+    from rtagent.virt.libvirt.probes import cpusets
+
+    connection.silence_libvirt()
+    found = {}
+
+    def read():
+        try:
+            conn = libvirt.openReadOnly(uri)
+            try:
+                found["online"] = cpusets.online_ids(conn.getCPUMap())
+            finally:
+                conn.close()
+        except libvirt.libvirtError as exc:
+            found["error"] = connection.message(exc)
+
+    # A daemon thread: a libvirtd that never answers must not keep the
+    # process alive either.
+    reader = threading.Thread(target=read, name="cpu-set-check", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if "online" in found:
+        return found["online"]
+    LOG.warning(
+        "CPU sets not checked at start-up: libvirt at %s %s; the first audit checks them",
+        uri,
+        f"failed: {found['error']}" if "error" in found else f"gave no answer in {timeout:g} s",
+    )
+    return None
