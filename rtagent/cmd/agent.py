@@ -6,6 +6,9 @@
                                               the tree it would push and the diff; no writes
     rtagent [--config-file FILE ...] status [--json]
                                               the running agent's view of its nodes
+    rtagent [--config-file FILE ...] check-config
+                                              every start-up check, and unknown names
+    rtagent --version                         the installed version
 
 ``run`` and ``audit`` take ``--accept-empty-state``: start with no claims
 although the state store this state directory had is missing or empty.
@@ -54,6 +57,11 @@ def _add_commands(subparsers):
         )
     status = subparsers.add_parser("status", help="Show the running agent's view of its nodes.")
     status.add_argument("--json", action="store_true", help="Print JSON.")
+    subparsers.add_parser(
+        "check-config",
+        help="Run every start-up check and report unknown options and groups in the "
+        "config files; exit 2 with one line per problem.",
+    )
 
 
 def _load_conf(argv):
@@ -118,6 +126,10 @@ def main(argv=None):
             from rtagent.cmd import status
 
             return status.main(conf)
+        if conf.command.name == "check-config":
+            from rtagent.cmd import check_config
+
+            return check_config.main(conf, (_validate, checks.check_cpu_sets))
         _validate(conf)
     except (cfg.Error, exception.RtagentError) as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
@@ -133,6 +145,10 @@ def main(argv=None):
     except exception.RtagentError as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    from rtagent.cmd import check_config
+
+    for problem in check_config.unknown_names(conf):
+        LOG.warning("%s; ignored (rtagent check-config lists them all)", problem)
 
     return _dispatch(conf, argv)
 

@@ -1,0 +1,110 @@
+"""``rtagent check-config``: every start-up check, plus the names in the
+config files that no option or group has.
+
+oslo.config ignores an option it does not know: a misspelt
+``reserved_host_memroy_mb`` or ``[placment]`` is silently the default. The
+running agent logs a warning for each such name; this command makes them
+errors, one line each, with the closest known name.
+"""
+
+import difflib
+import glob
+import os
+import sys
+
+from oslo_config import cfg
+
+from rtagent import exception
+from rtagent.conf import placement
+
+
+def unknown_names(conf):
+    """Names in ``conf``'s files that ``conf`` has no option or group for.
+
+    Call it after the start-up checks: they register the options of the
+    configured ``[placement]`` auth plugin.
+
+    :returns: a list of one-line descriptions, in file order.
+    """
+    known = _known(conf)
+    problems = []
+    for path in _files(conf):
+        sections = {}
+        try:
+            cfg.ConfigParser(path, sections).parse()
+        except (OSError, cfg.ParseError):
+            continue  # oslo.config read the files already and said so
+        for section, items in sections.items():
+            group = "DEFAULT" if section.upper() == "DEFAULT" else section
+            if group not in known:
+                problems.append(f"{path}: [{section}]: unknown group{_hint(group, known)}")
+                continue
+            for name in items:
+                if name not in known[group]:
+                    hint = _hint(name, known[group]) or _plugin_hint(conf, group)
+                    problems.append(f"{path}: [{section}] {name}: unknown option{hint}")
+    return problems
+
+
+def _known(conf):
+    """{group name: {option names, deprecated ones included}}."""
+    known = {}
+    for group_name, opts in _registered(conf):
+        names = known.setdefault(group_name, set())
+        for opt in opts:
+            names.update((opt.dest, opt.name))
+            # Deprecated names, which oslo.config still honours (perhaps
+            # in another group).
+            for old in opt.deprecated_opts:
+                known.setdefault(old.group or group_name, set()).add(old.name or opt.name)
+    return known
+
+
+def _registered(conf):
+    # Reads oslo.config's registry of options: ConfigOpts has no public
+    # way to list an option's deprecated names.
+    yield "DEFAULT", [info["opt"] for info in conf._opts.values()]  # noqa: SLF001
+    for name, group in conf._groups.items():  # noqa: SLF001
+        yield name, [info["opt"] for info in group._opts.values()]  # noqa: SLF001
+
+
+def _files(conf):
+    files = list(conf.config_file or ())
+    for directory in conf.config_dir or ():
+        files.extend(sorted(glob.glob(os.path.join(directory, "*.conf"))))
+    return files
+
+
+def _plugin_hint(conf, group):
+    # [placement] has the options of its auth plugin only: a password
+    # plugin's username means nothing to admin_token.
+    if group == placement.GROUP.name and conf[group].auth_type:
+        return f" (not one of auth_type = {conf[group].auth_type})"
+    return ""
+
+
+def _hint(name, candidates):
+    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def main(conf, checks):
+    """Run ``checks`` (callables of ``conf`` raising RtagentError or
+    cfg.Error), then look for unknown names; print one line per problem.
+
+    :returns: 0 when all is well, 2 otherwise.
+    """
+    problems = []
+    for check in checks:
+        try:
+            check(conf)
+        except (cfg.Error, exception.RtagentError) as exc:
+            problems.append(str(exc))
+    problems.extend(unknown_names(conf))
+    for problem in problems:
+        print(f"rtagent: error: {problem}", file=sys.stderr)
+    if problems:
+        return 2
+    files = ", ".join(_files(conf)) or "no config files"
+    print(f"rtagent: configuration OK ({files})")
+    return 0

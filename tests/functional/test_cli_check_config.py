@@ -1,0 +1,82 @@
+"""``rtagent check-config``: the start-up checks and the names in the config
+files that are no option or group, one line each (a real subprocess)."""
+
+import pytest
+
+from tests.functional.test_cli import rtagent, write_conf
+
+pytestmark = pytest.mark.functional
+
+
+def test_a_good_config_passes(tmp_path):
+    conf = write_conf(tmp_path)
+    result = rtagent("--config-file", str(conf), "check-config")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"rtagent: configuration OK ({conf})"
+    assert result.stderr == ""
+    assert not (tmp_path / "state").exists(), "check-config writes nothing"
+
+
+def test_misspelt_option_and_group_are_one_line_each(tmp_path):
+    conf = write_conf(
+        tmp_path,
+        extra="[DEFAULT]\nreserved_host_memroy_mb = 2048\n"
+        "[placment]\nauth_type = password\n"
+        "[libvirt]\nconection_uri = qemu:///system\n",
+    )
+    result = rtagent("--config-file", str(conf), "check-config")
+    assert result.returncode == 2, result
+    # (in the order of the file's sections: write_conf's [libvirt] comes first)
+    assert sorted(result.stderr.splitlines()) == [
+        f"rtagent: error: {conf}: [DEFAULT] reserved_host_memroy_mb: unknown option "
+        "(did you mean reserved_host_memory_mb?)",
+        f"rtagent: error: {conf}: [libvirt] conection_uri: unknown option "
+        "(did you mean connection_uri?)",
+        f"rtagent: error: {conf}: [placment]: unknown group (did you mean placement?)",
+    ]
+
+
+def test_options_of_another_auth_plugin_are_named(tmp_path):
+    conf = write_conf(tmp_path, extra="[placement]\nusername = admin\n")
+    result = rtagent("--config-file", str(conf), "check-config")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"rtagent: error: {conf}: [placement] username: unknown option "
+        "(not one of auth_type = admin_token)"
+    )
+
+
+def test_bad_values_and_unknown_names_are_all_reported(tmp_path):
+    conf = write_conf(
+        tmp_path,
+        extra="[DEFAULT]\ntransport_url = notaurl\n[compute]\ncpu_shared_set = 0-7\n"
+        "[rtagent]\naudit_intervall = 5\n",
+    )
+    result = rtagent("--config-file", str(conf), "check-config")
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 3, result.stderr
+    assert lines[0].startswith("rtagent: error: [DEFAULT] transport_url: notaurl")
+    assert lines[1].startswith("rtagent: error: [compute] cpu_shared_set = '0-7'")
+    assert "[rtagent] audit_intervall: unknown option (did you mean audit_interval?)" in lines[2]
+    assert "Traceback" not in result.stderr
+
+
+def test_the_agent_warns_of_unknown_names_at_start(tmp_path):
+    conf = write_conf(tmp_path, extra="[rtagent]\naudit_intervall = 5\n")
+    result = rtagent("--config-file", str(conf), "audit")
+    assert "[rtagent] audit_intervall: unknown option (did you mean audit_interval?); ignored" in (
+        result.stderr
+    )
+
+
+def test_oslo_library_options_are_known(tmp_path):
+    conf = write_conf(
+        tmp_path,
+        extra="[DEFAULT]\ndebug = true\ncontrol_exchange = rtagent\n"
+        "[oslo_messaging_rabbit]\nheartbeat_timeout_threshold = 30\n"
+        "[oslo_messaging_notifications]\ndriver = messagingv2\n"
+        "[oslo_reports]\nlog_dir = /tmp\n",
+    )
+    result = rtagent("--config-file", str(conf), "check-config")
+    assert result.returncode == 0, result.stderr
