@@ -63,9 +63,9 @@ def _known(conf):
 def _registered(conf):
     # Reads oslo.config's registry of options: ConfigOpts has no public
     # way to list an option's deprecated names.
-    yield "DEFAULT", [info["opt"] for info in conf._opts.values()]  # noqa: SLF001
-    for name, group in conf._groups.items():  # noqa: SLF001
-        yield name, [info["opt"] for info in group._opts.values()]  # noqa: SLF001
+    yield "DEFAULT", [info["opt"] for info in conf._opts.values()]
+    for name, group in conf._groups.items():
+        yield name, [info["opt"] for info in group._opts.values()]
 
 
 def _files(conf):
