@@ -6,6 +6,7 @@ adapter), never the ConfigOpts object.
 """
 
 import logging
+import uuid as uuidlib
 
 from keystoneauth1 import loading as ks_loading
 
@@ -120,7 +121,9 @@ def build_agent(
     ``on_change`` is what the configured driver's hypervisor events call.
 
     The command line's ``--accept-empty-state`` (``rtagent run``/``audit``)
-    lets a store that is missing or empty where one existed start empty.
+    lets a store that is missing or empty where one existed start empty;
+    ``audit --dry-run`` gets an in-memory copy of the store and writes
+    nothing in the state directory.
 
     :raises rtagent.tracker.errors.StateError, NodeIdentityError: the state
         directory or the identity file is unusable, or the store is missing
@@ -133,15 +136,31 @@ def build_agent(
     driver = driver or libvirt_driver(conf, observer=libvirt_observer, on_change=on_change)
     # A conf without the command line (tests, tools) never accepts it.
     command = conf.command if "command" in conf else None
+    accept_empty = bool(getattr(command, "accept_empty_state", False))
+    # A dry run writes nothing: a copy of the store, no lock (it may run
+    # beside the agent), no identity created.
+    dry_run = bool(getattr(command, "dry_run", False))
     try:
-        store = Store(
-            conf.state_path, accept_empty=bool(getattr(command, "accept_empty_state", False))
-        )
+        if dry_run:
+            store = Store.copy_of(conf.state_path, accept_empty=accept_empty)
+        else:
+            store = Store(conf.state_path, accept_empty=accept_empty)
     except BaseException:
         driver.close()
         raise
     try:
-        node_uuid = identity.load_or_create(conf.state_path, store)
+        if dry_run:
+            node_uuid = identity.current(store)
+            if node_uuid is None:
+                node_uuid = str(uuidlib.uuid4())
+                LOG.warning(
+                    "No node identity in %s yet: the dry run uses %s; the first run "
+                    "creates the node's own",
+                    conf.state_path,
+                    node_uuid,
+                )
+        else:
+            node_uuid = identity.load_or_create(conf.state_path, store)
         policy = policy_from_conf(conf)
 
         def make_tracker(uuid):

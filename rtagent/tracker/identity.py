@@ -44,15 +44,7 @@ def load_or_create(state_path, store, new_uuid=None):
     if os.path.normpath(state_path) != os.path.normpath(state_dir.path):
         raise ValueError(f"store of {state_dir.path} given for {state_path}")
     path = state_dir.join(FILE_NAME)
-    from_file = _read(state_dir)
-    from_store = store.get_meta(_META_KEY)
-    if from_file and from_store and from_file != from_store:
-        raise errors.NodeIdentityError(
-            path=path,
-            reason=f"holds {from_file} but the state store {store.path} records "
-            f"{from_store}. Restore the file that belongs with this store (or "
-            "move the store away if the file is right); rtagent will not pick one.",
-        )
+    from_file, from_store = _recorded(state_dir, store)
     node_uuid = from_file or from_store or str(new_uuid or uuidlib.uuid4())
     if not from_file:
         try:
@@ -62,6 +54,32 @@ def load_or_create(state_path, store, new_uuid=None):
     if not from_store:
         store.set_meta(_META_KEY, node_uuid)
     return node_uuid
+
+
+def current(store):
+    """The node UUID recorded in the state directory or ``store``, or None
+    on a first start; reads only (``rtagent audit --dry-run``).
+
+    :raises NodeIdentityError: as :func:`load_or_create`.
+    """
+    if store.state_dir is None:  # a copy of a directory that does not exist
+        return store.get_meta(_META_KEY)
+    from_file, from_store = _recorded(store.state_dir, store)
+    return from_file or from_store
+
+
+def _recorded(state_dir, store):
+    """(the file's UUID, the store's), either None; refused if they differ."""
+    from_file = _read(state_dir)
+    from_store = store.get_meta(_META_KEY)
+    if from_file and from_store and from_file != from_store:
+        raise errors.NodeIdentityError(
+            path=state_dir.join(FILE_NAME),
+            reason=f"holds {from_file} but the state store {store.path} records "
+            f"{from_store}. Restore the file that belongs with this store (or "
+            "move the store away if the file is right); rtagent will not pick one.",
+        )
+    return from_file, from_store
 
 
 def _read(state_dir):

@@ -22,6 +22,7 @@ import logging
 import os
 import sqlite3
 import threading
+import urllib.parse
 import uuid as uuidlib
 
 from rtagent.tracker import errors, identity, statedir
@@ -155,6 +156,51 @@ class Store:
             self.close()
             raise
 
+    @classmethod
+    def copy_of(cls, state_path, *, accept_empty=False):
+        """A private in-memory copy of the store at ``state_path`` (for
+        ``rtagent audit --dry-run``): nothing there is created or changed
+        and no lock is taken, so it works beside a running agent; writes go
+        to the copy only. A missing directory or database gives an empty
+        store. The same refusals as the constructor, but never "in use".
+        """
+        store = cls.__new__(cls)
+        store._mutex = threading.RLock()
+        store._lock_fd = store._db = None
+        store.path = os.path.join(state_path, DB_NAME)
+        store.state_dir = statedir.StateDir(state_path) if os.path.isdir(state_path) else None
+        try:
+            store._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            ran_here = False
+            if store.state_dir is not None:
+                store.state_dir.check_names(_NAMES)
+                ran_here = store.state_dir.exists(LOCK_NAME) and store.state_dir.exists(
+                    identity.FILE_NAME
+                )
+                if store.state_dir.exists(DB_NAME):
+                    store._copy_from_disk()
+            store._open(ran_here, accept_empty, mark=False)
+        except sqlite3.Error as exc:
+            store.close()
+            raise errors.StateError(path=store.path, reason=str(exc)) from exc
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def _copy_from_disk(self):
+        # Read-only, creating nothing. While an agent runs (its -wal exists)
+        # through SQLite's shared memory, which sees every commit; otherwise
+        # as an immutable file, since a read-only open would leave -wal and
+        # -shm files behind.
+        live = self.state_dir.exists(DB_NAME + "-wal")
+        uri = f"file:{urllib.parse.quote(self.path)}?mode=ro" + ("" if live else "&immutable=1")
+        source = sqlite3.connect(uri, uri=True)
+        try:
+            source.backup(self._db)
+        finally:
+            source.close()
+
     def _connect(self):
         """Connect to the database file, created 0600 from its first byte
         (SQLite gives the -wal and -shm files the same mode).
@@ -188,7 +234,7 @@ class Store:
             )
         return db
 
-    def _open(self, ran_here, accept_empty):
+    def _open(self, ran_here, accept_empty, mark=True):
         """Create, migrate or check the schema, then the store's marker."""
         tables = {
             name
@@ -215,7 +261,8 @@ class Store:
                 LOG.info(
                     "State store %s migrated from schema %d to %d", self.path, found, SCHEMA_VERSION
                 )
-        self._mark()
+        if mark:
+            self._mark()
 
     def _found_version(self, tables):
         found = self.get_meta("schema_version") if "meta" in tables else None
@@ -231,6 +278,8 @@ class Store:
             ) from None
 
     def _refuse_if_lost(self, ran_here, accept_empty):
+        if self.state_dir is None:
+            return  # a copy of a directory that does not exist yet
         marker = identity.read_store_marker(self.state_dir)
         if marker is None and not ran_here:
             return  # a first start (perhaps beside nova's compute_id)
@@ -428,7 +477,8 @@ class Store:
         if self._db is not None:
             self._db.close()
         self._release_lock()
-        self.state_dir.close()
+        if self.state_dir is not None:
+            self.state_dir.close()
 
 
 def _dump(record):
