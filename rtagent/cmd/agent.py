@@ -125,6 +125,8 @@ def main(argv=None):
         if conf.command.name == "status":
             from rtagent.cmd import status
 
+            checks.check_transport_urls(conf)
+
             return status.main(conf)
         if conf.command.name == "check-config":
             from rtagent.cmd import check_config

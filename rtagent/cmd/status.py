@@ -4,26 +4,46 @@ Asks the agent's loopback health endpoint (``/status``); when that is
 switched off, asks over RPC (``get_status``). Never opens the state
 directory, which the running agent holds. The table shows every string
 escaped where it is not printable; ``--json`` escapes them as JSON does.
+
+Exit status: 0 with the report; 1 and one line when the agent does not
+answer (within :data:`TIMEOUT_S`); 2 when the configuration gives no way
+to ask it.
 """
 
 import json
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
 from rtagent.health_server import HOST
 from rtagent.rpc.status import printable, printable_tree
 
-TIMEOUT_S = 10.0
+# /status is built from published snapshots and never waits for a lock:
+# an agent that has not answered in this long is not going to.
+TIMEOUT_S = 5.0
+EXIT_DOWN = 1
+EXIT_CONFIG = 2
+
+
+class AgentDown(Exception):
+    """The agent did not answer; the message says how it was asked."""
 
 
 def main(conf):
+    if not conf.health.enabled and not conf.transport_url:
+        print(
+            "rtagent: error: [health] enabled = false and no [DEFAULT] transport_url: "
+            "status has no way to ask the agent",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     try:
         report = _from_http(conf) if conf.health.enabled else _from_rpc(conf)
-    except (OSError, TimeoutError, RuntimeError) as exc:
-        print(f"rtagent: error: cannot reach the running agent: {printable(exc)}", file=sys.stderr)
-        return 1
+    except AgentDown as exc:
+        print(f"rtagent: error: {printable(exc)}", file=sys.stderr)
+        return EXIT_DOWN
     if conf.command.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
@@ -36,8 +56,28 @@ def _from_http(conf):
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as answer:
             return json.load(answer)
+    except urllib.error.HTTPError as exc:
+        raise AgentDown(
+            f"{url} answered {exc.code} {exc.reason}: is rtagent on that port?"
+        ) from exc
     except urllib.error.URLError as exc:
-        raise OSError(f"{url}: {exc.reason}") from exc
+        reason = exc.reason
+        if isinstance(reason, ConnectionRefusedError):
+            raise AgentDown(
+                f"rtagent is not running: nothing listens on {url} "
+                "(systemctl status rtagent; journalctl -u rtagent)"
+            ) from exc
+        if isinstance(reason, TimeoutError):
+            raise AgentDown(_no_answer(url)) from exc
+        raise AgentDown(f"no answer from {url}: {reason}") from exc
+    except TimeoutError as exc:
+        raise AgentDown(_no_answer(url)) from exc
+    except (OSError, ValueError) as exc:
+        raise AgentDown(f"no usable answer from {url}: {exc}") from exc
+
+
+def _no_answer(url):
+    return f"no answer from {url} within {TIMEOUT_S:g} s: is rtagent hung? (journalctl -u rtagent)"
 
 
 def _from_rpc(conf):
@@ -48,18 +88,27 @@ def _from_rpc(conf):
     result = {}
 
     def ask():
-        client = AgentClient(rpc, conf.host, timeout=TIMEOUT_S, retry=1)
-        result["reply"] = client.call("get_status")
+        try:
+            client = AgentClient(rpc, conf.host, timeout=TIMEOUT_S, retry=1)
+            result["reply"] = client.call("get_status")
+        except Exception as exc:  # reported below, in one line
+            result["error"] = f"{type(exc).__name__}: {exc}"
 
     worker = threading.Thread(target=ask, daemon=True)
     worker.start()
-    worker.join(TIMEOUT_S + 5)
-    rpc.cleanup()
+    # The call's own timeout covers a reachable broker; this one a broker
+    # that does not answer (the client would retry the connection).
+    worker.join(TIMEOUT_S + 1)
     if "reply" not in result:
-        raise TimeoutError(f"no answer over RPC from {conf.host}")
+        # No cleanup: a transport stuck connecting could hold the exit.
+        raise AgentDown(
+            f"no answer over RPC from rtagent on host {conf.host} within {TIMEOUT_S:g} s "
+            f"({result.get('error', 'no reply')}): is it running, and is the message broker up?"
+        )
+    rpc.cleanup()
     reply = result["reply"]
     if not reply["ok"]:
-        raise RuntimeError(reply["error"]["message"])
+        raise AgentDown(f"the agent refused get_status: {reply['error']['message']}")
     return {"host": conf.host, "nodes": [reply["result"]]}
 
 
@@ -73,6 +122,7 @@ def render(report):
     """
     report = printable_tree(report)
     lines = [f"host {report['host']}"]
+    lines.extend(_health_lines(report))
     for node in report["nodes"]:
         lines.append("")
         state = "DISABLED (" + node["disabled"] + ")" if node["disabled"] else "enabled"
@@ -107,9 +157,86 @@ def render(report):
             lines.append(f"    untracked {dom['name']} {dom['uuid']}")
         for inst in drift["missing_instances"]:
             lines.append(f"    missing {inst}")
-        sync = node.get("sync") or {}
-        if sync.get("in_sync"):
-            lines.append(f"  placement: in sync ({sync.get('audits', 0)} audits)")
-        else:
-            lines.append(f"  placement: NOT in sync: {sync.get('last_error') or 'no audit yet'}")
+        lines.extend(_sync_lines(node, node.get("generated_at") or time.time()))
     return "\n".join(lines)
+
+
+def _health_lines(report):
+    lines = []
+    if "healthy" in report:
+        problems = report.get("problems") or []
+        lines.append(
+            "  health: ok" if report["healthy"] else f"  health: UNHEALTHY: {'; '.join(problems)}"
+        )
+    rpc = report.get("rpc")
+    if rpc:
+        if not rpc.get("enabled", True):
+            lines.append("  rpc: off (no [DEFAULT] transport_url)")
+        elif rpc.get("running"):
+            lines.append("  rpc: serving")
+        else:
+            retry = rpc.get("retry_in")
+            lines.append(
+                f"  rpc: NOT serving ({rpc.get('attempts', 0)} attempt(s)"
+                + (f", next in {_duration(retry)}" if retry is not None else "")
+                + f"): {rpc.get('last_error') or 'connecting to the message broker'}"
+            )
+    return lines
+
+
+def _sync_lines(node, now):
+    """Placement sync state: whether in sync, when it last synced (how long
+    ago, and the local time), the last error, unknown consumers."""
+    sync = node.get("sync") or {}
+    last = sync.get("last_success")
+    when = "never" if last is None else f"{_duration(now - last)} ago ({_local_time(last)})"
+    audits = sync.get("audits", 0)
+    if sync.get("in_sync"):
+        lines = [f"  placement: in sync; last sync {when}; {audits} audit(s)"]
+    else:
+        why = sync.get("last_error") or (
+            "overdue" if sync.get("overdue") else "no sync yet" if last is None else "not synced"
+        )
+        lines = [f"  placement: NOT in sync: {why}", f"    last sync {when}; {audits} audit(s)"]
+    # The node's own list when the agent gives it, else the count per node.
+    unknown = (sync.get("placement") or {}).get("unknown_consumers")
+    if unknown is not None:
+        count = len(unknown)
+    else:
+        count, unknown = (sync.get("unknown_consumers") or {}).get(node["node_uuid"], 0), []
+    if count:
+        lines.append(
+            f"  unknown consumers: {count} (allocations on this node that no claim "
+            "accounts for; reported, never deleted)"
+        )
+        lines.extend(f"    unknown {consumer}" for consumer in unknown[:_SHOWN])
+        if len(unknown) > _SHOWN:
+            lines.append(f"    ... and {len(unknown) - _SHOWN} more (--json lists them all)")
+    else:
+        lines.append("  unknown consumers: none")
+    backlog = (sync.get("healing_backlog") or {}).get(node["node_uuid"])
+    if backlog:
+        lines.append(f"  healing backlog: {backlog} released consumer(s) left for the next audit")
+    return lines
+
+
+_SHOWN = 10
+
+
+def _duration(seconds):
+    """``seconds`` for a person: ``4 s``, ``3 min 20 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, sec = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {sec} s" if sec else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def _local_time(wall):
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(wall))
