@@ -107,6 +107,8 @@ class Tracker:
 
         :raises StateError: the write failed; the old state stays.
         """
+        if new_state is self._state:
+            return  # nothing changed (a steady audit): nothing to compare or write
         delta = changes(self._state, new_state)
         if delta:
             self._store.apply(self.node_uuid, delta)
@@ -140,6 +142,10 @@ class Tracker:
                 now=self._clock(),
                 grace=self._missing_grace,
             )
+            if found == state.drift and host == state.host and state.unavailable is None:
+                # A steady audit keeps the state, and so the published
+                # snapshot: rebuilding it sorts and sums every instance.
+                return state
             return state.with_inputs(host=host, unavailable=None, drift=found)
 
         first = self._state.host is None
