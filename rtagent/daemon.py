@@ -30,6 +30,12 @@ from rtagent.wakeup import Wakeup
 
 LOG = logging.getLogger(__name__)
 
+# How far past its due time a sync may run before status stops saying the
+# node is in sync. A steady tick takes milliseconds; a Placement that hangs
+# makes a tick fail only after [placement] timeout per request (30 s by
+# default), and until then the last outcome (a success) would be reported.
+SYNC_GRACE_S = 10.0
+
 
 class Daemon:
     """:param conf: the loaded, validated ConfigOpts.
@@ -157,9 +163,13 @@ class Daemon:
                 self.publisher.poke()
 
     def sync_state(self):
-        """The last audit's outcome (what status and health report)."""
+        """The last audit's outcome (what status and health report).
+        ``in_sync`` is false once a sync is overdue (:meth:`sync_overdue`),
+        even while the last outcome was a success."""
+        overdue = self.sync_overdue()
         return {
-            "in_sync": self._last_error is None and self._last_success is not None,
+            "in_sync": self._last_error is None and self._last_success is not None and not overdue,
+            "overdue": overdue,
             "last_success": self._last_success,
             "last_error": self._last_error,
             "failures": self._failures,
@@ -171,6 +181,20 @@ class Daemon:
                 node: state["healing_backlog"] for node, state in self.agent.sync_status().items()
             },
         }
+
+    def sync_overdue(self):
+        """True when the next sync should have finished by now: no audit
+        succeeded for ``audit_interval * (1 + audit_jitter)`` plus
+        :data:`SYNC_GRACE_S` seconds, or the audit under way has run for
+        more than :data:`SYNC_GRACE_S`. False before the first audit (not
+        in sync for another reason)."""
+        started = self._tick_started
+        if started is not None and self._clock() - started > SYNC_GRACE_S:
+            return True
+        if self._last_success is None:
+            return False
+        due = self.conf.rtagent.audit_interval * (1 + self.conf.daemon.audit_jitter)
+        return self._wall() - self._last_success > due + SYNC_GRACE_S
 
     # -- health ----------------------------------------------------------
 

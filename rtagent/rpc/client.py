@@ -2,7 +2,9 @@
 
 A conductor in another codebase does the same with oslo.messaging alone::
 
-    target = oslo_messaging.Target(topic="rtagent", server=HOST, version="1.0")
+    target = oslo_messaging.Target(
+        exchange="rtagent", topic="rtagent", server=HOST, version="1.2"
+    )
     client = oslo_messaging.get_rpc_client(transport, target, timeout=30)
     reply = client.call({}, "instance_claim", instance_uuid=..., flavor={...})
     if not reply["ok"]:
@@ -22,7 +24,12 @@ class AgentClient:
 
     def __init__(self, rpc_transport, host, timeout=30, retry=None):
         om = transport.messaging()
-        target = om.Target(topic=transport.TOPIC, server=host, version=transport.API_VERSION)
+        target = om.Target(
+            exchange=transport.EXCHANGE,
+            topic=transport.TOPIC,
+            server=host,
+            version=transport.API_VERSION,
+        )
         self._client = om.get_rpc_client(rpc_transport, target, timeout=timeout, retry=retry)
 
     def call(self, method, **args):

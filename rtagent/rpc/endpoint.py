@@ -1,4 +1,4 @@
-"""The RPC endpoint (API 1.0): validate, call the tracker, translate errors.
+"""The RPC endpoint (API 1.x): validate, call the tracker, translate errors.
 
 Thin on purpose: each public method validates its arguments against its
 schema (:mod:`.schemas`), picks the node's tracker, calls one tracker
@@ -19,7 +19,7 @@ import time
 
 import jsonschema
 
-from rtagent.rpc import errors, schemas, status, transport
+from rtagent.rpc import errors, instance, schemas, status, transport
 from rtagent.tracker.model import Flavor
 
 LOG = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ def _flavor(data):
 
 
 class AgentEndpoint:
-    """Serves API 1.0 over an :class:`rtagent.agent.Agent`.
+    """Serves the API (:data:`transport.API_VERSION`) over an :class:`rtagent.agent.Agent`.
 
     :param host: ``[DEFAULT] host`` (for ``ping``).
     :param host_ip: ``[DEFAULT] my_ip`` (the compute-node view's host_ip).
@@ -223,6 +223,13 @@ class AgentEndpoint:
 
     def get_status(self, ctxt, /, **args):
         return self._serve("get_status", args, lambda a: self._status_of(self._node(a)))
+
+    def get_instance(self, ctxt, /, **args):
+        return self._serve(
+            "get_instance",
+            args,
+            lambda a: instance.instance_record(self._node(a).snapshot(), a["instance_uuid"]),
+        )
 
     # -- translation -------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""JSON schemas of the RPC API 1.0 arguments: one per method.
+"""JSON schemas of the RPC API 1.x arguments: one per method.
 
 These are the contract published in docs/rpc-api.md (generated from here by
 ``python -m rtagent.rpc.schemas``). Every schema forbids unknown arguments;
@@ -176,6 +176,8 @@ METHODS = {
     ),
     "get_compute_node": _method(),
     "get_status": _method(),
+    # 1.2: what the node holds of one instance (read back an outcome).
+    "get_instance": _method({"instance_uuid": UUID}, required=("instance_uuid",)),
 }
 
 

@@ -9,8 +9,14 @@ or it brings eventlet in.
 import threading
 import warnings
 
+# Where a conductor's Target must point (docs/rpc-api.md). The exchange is
+# named in the server's Target rather than left to the transport's default
+# (``[DEFAULT] control_exchange``): a caller in another service (a nova
+# process uses its own control_exchange, ``nova``) must name it in its
+# Target, so it has to be one fixed name, not a setting of the agent's.
+EXCHANGE = "rtagent"
 TOPIC = "rtagent"
-API_VERSION = "1.1"
+API_VERSION = "1.2"
 NOTIFICATION_TOPIC = "notifications"
 
 _backend_lock = threading.Lock()
@@ -43,6 +49,14 @@ def messaging():
     return _loaded["oslo_messaging"]
 
 
+def set_defaults():
+    """rtagent's defaults for oslo.messaging's options: ``control_exchange``
+    ``rtagent`` (the exchange of the agent's notifications; oslo.messaging's
+    own default is ``openstack``). Also the ``oslo.config.opts.defaults``
+    entry point, so that the generated sample shows what the agent uses."""
+    messaging().set_transport_defaults(control_exchange=EXCHANGE)
+
+
 def register_opts(conf):
     """Register oslo.messaging's options on a private ``conf``.
 
@@ -51,7 +65,7 @@ def register_opts(conf):
     call fails with NoSuchOptError.
     """
     om = messaging()
-    om.set_transport_defaults(control_exchange="rtagent")
+    set_defaults()
     groups = [
         *om.opts.list_opts(),
         ("oslo_messaging_metrics", om._metrics.client.oslo_messaging_metrics),
@@ -76,4 +90,4 @@ def get_notification_transport(conf, url=None):
 
 
 def server_target(host):
-    return messaging().Target(topic=TOPIC, server=host, version=API_VERSION)
+    return messaging().Target(exchange=EXCHANGE, topic=TOPIC, server=host, version=API_VERSION)

@@ -15,6 +15,9 @@ connection that could go stale. This proxy plays the keep-alive front that
 production puts before Placement (Apache, uwsgi, HAProxy): HTTP/1.1 with
 keep-alive towards the client, one upstream connection per request.
 
+:meth:`FaultProxy.hold` plays a Placement that hangs: requests are taken
+and left unanswered (not forwarded) until :meth:`FaultProxy.release`.
+
 The fault is what a front's keep-alive idle timeout does to a client's pooled
 connection when the timeout fires just as the client reuses it: the request
 goes out and the connection ends with no answer. ``close`` ends it with a FIN
@@ -111,6 +114,10 @@ class FaultProxy:
         self._accepted = 0
         self._server = None
         self._thread = None
+        # Set: requests pass. Cleared by hold(); set again by release/stop.
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._stopping = False
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -142,6 +149,8 @@ class FaultProxy:
         server, self._server = self._server, None
         if server is None:
             return
+        self._stopping = True
+        self._flowing.set()  # held requests end (unanswered) instead of waiting
         server.shutdown()
         self._thread.join()
         with self._lock:
@@ -168,6 +177,16 @@ class FaultProxy:
             raise ValueError(f"mode must be {CLOSE!r} or {RESET!r}, not {mode!r}")
         with self._lock:
             self._faults.extend([_Fault(mode, forward, method)] * count)
+
+    def hold(self):
+        """From now on, leave every request unanswered: it waits, not
+        forwarded, until :meth:`release` (then it is forwarded) or
+        :meth:`stop` (then its connection closes without an answer)."""
+        self._flowing.clear()
+
+    def release(self):
+        """Forward held requests and the ones to come."""
+        self._flowing.set()
 
     @property
     def pending_faults(self):
@@ -248,6 +267,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
+        proxy._flowing.wait()
+        if proxy._stopping:
+            self._drop(CLOSE)
+            return
         self._served += 1
         fault = proxy._take_fault(self.command) if self._served > 1 else None
         if fault is not None and not fault.forward:

@@ -1,0 +1,67 @@
+"""What a node holds of one instance, as ``get_instance`` answers it (API
+1.2): the claim, its moves, whether it is released or pending. Pure over a
+snapshot, so reading never waits for the tracker lock.
+
+A caller reads an outcome back with it instead of probing with a mutation:
+after a call that timed out, after ``rpc.internal_error``, after a broker
+outage.
+"""
+
+import bisect
+
+from rtagent.tracker import errors
+
+
+def instance_record(snapshot, instance_uuid):
+    """The node's record of ``instance_uuid`` (see docs/rpc-api.md).
+
+    :param snapshot: a :class:`rtagent.tracker.model.NodeSnapshot`.
+    :raises InstanceNotFound: the node holds nothing of it: no claim, no
+        move, not released, no standalone claim in flight.
+    """
+    tracked = _find(snapshot.instances, instance_uuid)
+    moves = [m for m in snapshot.migrations if m.instance_uuid == instance_uuid]
+    released = instance_uuid in snapshot.released
+    pending = instance_uuid in snapshot.pending
+    if tracked is None and not moves and not released and not pending:
+        raise errors.InstanceNotFound(instance_uuid=instance_uuid, node=snapshot.node_uuid)
+    return {
+        "instance_uuid": instance_uuid,
+        "node_uuid": snapshot.node_uuid,
+        "claim": _claim(tracked) if tracked is not None else None,
+        "pending": pending,
+        "released": released,
+        "moves": [_move(m) for m in moves],
+    }
+
+
+def _find(instances, uuid):
+    """The instance ``uuid`` in ``instances`` (sorted by UUID), or None."""
+    index = bisect.bisect_left(instances, uuid, key=lambda i: i.uuid)
+    if index < len(instances) and instances[index].uuid == uuid:
+        return instances[index]
+    return None
+
+
+def _claim(instance):
+    return {
+        "flavor": instance.flavor.to_dict(),
+        "resources": dict(instance.resources),
+        "assigned": {rc: list(ids) for rc, ids in sorted(instance.assigned.items())},
+        "volume_backed": instance.volume_backed,
+        "project_id": instance.project_id,
+        "vm_state": instance.vm_state,
+        "task_state": instance.task_state,
+    }
+
+
+def _move(move):
+    return {
+        "migration_uuid": move.uuid,
+        "migration_type": move.migration_type,
+        "status": move.status,
+        "source_node": move.source_node,
+        "dest_node": move.dest_node,
+        "old_resources": dict(move.old_resources),
+        "new_resources": dict(move.new_resources),
+    }
