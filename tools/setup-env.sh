@@ -10,6 +10,9 @@ python=${PYTHON:-python3}
 
 # libvirt-python compiles against libvirt's headers (no wheel exists).
 want=(libvirt-dev pkg-config gcc)
+# tests/functional/test_systemd_unit.py checks etc/systemd/rtagent.service
+# with systemd-analyze verify (a container image may lack systemd).
+command -v systemd-analyze >/dev/null 2>&1 || want+=(systemd)
 # A Debian python3 needs these for venv and for compiling; a pyenv or
 # python.org build (as on our CI machines) already has both.
 "$python" -c "import ensurepip" 2>/dev/null || want+=(python3-venv)

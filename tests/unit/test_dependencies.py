@@ -1,0 +1,84 @@
+"""pyproject.toml declares exactly the distributions rtagent imports: every
+third-party module imported by the product code (rtagent/, less
+rtagent/testing/) comes from a declared dependency and every declared
+dependency is imported; what tests and rtagent/testing/ import is declared
+too, in the test extra or as a dependency."""
+
+import ast
+import os
+import re
+import sys
+from importlib import metadata
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def normalise(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(requirement):
+    return normalise(re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement).group(0))
+
+
+def declared():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    runtime = {requirement_name(r) for r in project["dependencies"]}
+    test = {requirement_name(r) for r in project["optional-dependencies"]["test"]}
+    return runtime, test
+
+
+def imported(*tops, exclude=()):
+    """Top-level third-party module names imported anywhere under ``tops``
+    (in functions too), mapped to the distributions that provide them."""
+    provided = metadata.packages_distributions()
+    found = {}
+    for top in tops:
+        for directory, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            if any(directory.startswith(os.path.join(ROOT, e)) for e in exclude):
+                continue
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(directory, name)
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read(), path)
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Import):
+                        modules = [a.name for a in node.names]
+                    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                        modules = [node.module]
+                    else:
+                        continue
+                    for module in modules:
+                        first = module.split(".")[0]
+                        if first in sys.stdlib_module_names or first in ("rtagent", "tests"):
+                            continue
+                        if os.path.exists(os.path.join(directory, first + ".py")):
+                            continue  # a script's module beside it (tools/)
+                        dists = provided.get(first)
+                        assert dists, f"{path}: no installed distribution provides {first}"
+                        found.setdefault(normalise(dists[0]), set()).add(
+                            os.path.relpath(path, ROOT)
+                        )
+    return found
+
+
+def test_runtime_dependencies_are_exactly_the_imports():
+    runtime, _ = declared()
+    used = imported("rtagent", exclude=("rtagent/testing",))
+    missing = {d: sorted(p)[:3] for d, p in used.items() if d not in runtime}
+    assert not missing, f"imported but not in [project] dependencies: {missing}"
+    unused = runtime - set(used)
+    assert not unused, f"declared but never imported by rtagent: {sorted(unused)}"
+
+
+def test_test_imports_are_declared():
+    runtime, test = declared()
+    used = imported("tests", "rtagent/testing", "benchmarks", "tools")
+    missing = {d: sorted(p)[:3] for d, p in used.items() if d not in runtime | test}
+    assert not missing, f"imported by tests or tools but not declared: {missing}"
