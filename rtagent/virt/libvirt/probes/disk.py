@@ -36,7 +36,18 @@ def disk_gb(st):
     return total // GIB, -(-used // GIB)
 
 
-def available_least_gb(st, domains, instances_path):
+def overcommitted_bytes(domains, instances_path):
+    """Bytes the local disks under ``instances_path`` may still grow by
+    (virtual size less the space taken now, summed over ``domains``)."""
+    return sum(
+        max(0, capacity - physical)
+        for dom in domains
+        for path, capacity, physical in dom.local_disks
+        if is_under(path, instances_path)
+    )
+
+
+def available_least_gb(st, domains, instances_path, over=None):
     """nova's ``disk_available_least``: free GiB once local disks are full size.
 
     nova: ``floor(free bytes / GiB) * GiB - over-committed bytes``, over GiB,
@@ -51,16 +62,13 @@ def available_least_gb(st, domains, instances_path):
     :param st: ``os.statvfs(instances_path)``.
     :param domains: ``DomainInfo`` values with ``local_disks``.
     :param instances_path: the instances directory.
+    :param over: :func:`overcommitted_bytes` of ``domains``, if known.
     :returns: GiB (int, floor; negative when over-committed beyond free).
     """
     block = st.f_frsize or st.f_bsize
     free_gb = block * st.f_bavail // GIB
-    over = sum(
-        max(0, capacity - physical)
-        for dom in domains
-        for path, capacity, physical in dom.local_disks
-        if is_under(path, instances_path)
-    )
+    if over is None:
+        over = overcommitted_bytes(domains, instances_path)
     return (free_gb * GIB - over) // GIB
 
 

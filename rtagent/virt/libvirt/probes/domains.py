@@ -102,31 +102,54 @@ def block_disks(stats):
     return tuple(disks)
 
 
+class DomainCache(dict):
+    """What :func:`domains` keeps across readings: UUID -> (record,
+    DomainInfo), and in ``ordered`` the tuple the last reading returned."""
+
+    ordered = None
+
+    def clear(self):
+        super().clear()
+        self.ordered = None
+
+
 def domains(records, cache=None):
     """Build the host's domain list.
 
     :param records: iterable of ``(uuid, name, stats, info)`` as taken by
         :func:`domain`, optionally followed by the domain's host devices.
-    :param cache: dict kept by the caller across readings: a domain whose
-        record is unchanged reuses the DomainInfo built last time (at
-        steady state that is every domain, and building is most of the
-        audit's own cost). Updated in place; gone domains are dropped.
-    :returns: a tuple of ``DomainInfo`` sorted by UUID.
+    :param cache: a dict (best a :class:`DomainCache`) kept by the caller
+        across readings: a domain whose record is unchanged reuses the
+        DomainInfo built last time (at steady state that is every domain,
+        and building is most of the audit's own cost). Updated in place;
+        gone domains are dropped.
+    :returns: a tuple of ``DomainInfo`` sorted by UUID; with a
+        :class:`DomainCache` and nothing changed, the very tuple returned
+        last time (readers compare it by identity, cheaply).
     :raises rtagent.virt.errors.HostReadError: as :func:`domain`.
     """
     previous = cache if cache is not None else {}
     current = {}
+    rebuilt = False
     for record in records:
         uuid = record[0]
         hit = previous.get(uuid)
         if hit is not None and hit[0] == record:
-            dom = hit[1]
-        else:
-            dom = domain(*record[:4])
-            if len(record) > 4 and record[4]:
-                dom = dataclasses.replace(dom, host_devices=tuple(record[4]))
+            current[uuid] = hit
+            continue
+        rebuilt = True
+        dom = domain(*record[:4])
+        if len(record) > 4 and record[4]:
+            dom = dataclasses.replace(dom, host_devices=tuple(record[4]))
         current[uuid] = (record, dom)
-    if cache is not None:
-        cache.clear()
-        cache.update(current)
-    return tuple(entry[1] for _, entry in sorted(current.items()))
+    ordered = getattr(cache, "ordered", None)
+    # Every domain found unchanged, and as many as last time: the same set,
+    # so last time's sorted tuple still holds (sorting is O(N log N) a tick).
+    if rebuilt or ordered is None or len(current) != len(previous):
+        ordered = tuple(entry[1] for _, entry in sorted(current.items()))
+        if cache is not None:
+            cache.clear()
+            cache.update(current)
+            if isinstance(cache, DomainCache):
+                cache.ordered = ordered
+    return ordered
