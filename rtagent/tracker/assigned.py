@@ -28,7 +28,12 @@ def pick(offered, held, request, instance_uuid):
     :raises ComputeResourcesUnavailable: not enough free identifiers.
     :returns: {rc: tuple of identifiers}.
     """
-    used = in_use(held)
+    return pick_from(offered, in_use(held), request, instance_uuid)
+
+
+def pick_from(offered, used, request, instance_uuid):
+    """:func:`pick`, given the identifiers in use ({rc: set}) rather than
+    the holdings."""
     chosen, reasons = {}, []
     for rc, count in sorted((request or {}).items()):
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:

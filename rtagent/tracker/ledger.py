@@ -143,34 +143,40 @@ def holdings(node_uuid, instances, migrations):
     :param instances: mapping of instance UUID -> Instance on this node.
     :param migrations: iterable of Migration records involving this node.
     """
-    moves = latest_migrations(migrations)
-    held = []
-    for instance in instances.values():
-        move = moves.get(instance.uuid)
-        if move is not None and move.same_node:
-            held.append(
-                (
+    replacing, others = move_holdings(node_uuid, instances, migrations)
+    held = [replacing.get(i.uuid) or (i.resources, i.assigned) for i in instances.values()]
+    return held + others
+
+
+def move_holdings(node_uuid, instances, migrations):
+    """The part of :func:`holdings` that moves decide, in O(moves).
+
+    :returns: ({instance UUID: its holding} for instances living here whose
+        same-node resize counts instead of their flavor, [holdings of moves
+        whose instance does not live here]).
+    """
+    replacing, others = {}, []
+    for move in latest_migrations(migrations).values():
+        instance = instances.get(move.instance_uuid)
+        if instance is not None:
+            if move.same_node:
+                replacing[instance.uuid] = (
                     _per_class_max(move.old_resources, move.new_resources),
                     _union_ids(instance.assigned, move.old_assigned, move.new_assigned),
                 )
-            )
-        else:
-            held.append((instance.resources, instance.assigned))
-    for move in moves.values():
-        if move.instance_uuid in instances:
-            continue  # counted above, through the instance
+            continue  # otherwise the instance counts with its own flavor
         if move.same_node:
-            held.append(
+            others.append(
                 (
                     _per_class_max(move.old_resources, move.new_resources),
                     _union_ids(move.old_assigned, move.new_assigned),
                 )
             )
         elif move.dest_node == node_uuid:
-            held.append((move.new_resources, move.new_assigned))
+            others.append((move.new_resources, move.new_assigned))
         elif move.source_node == node_uuid:
-            held.append((move.old_resources, move.old_assigned))
-    return held
+            others.append((move.old_resources, move.old_assigned))
+    return replacing, others
 
 
 def usage(held, extra=()):

@@ -16,10 +16,12 @@ import dataclasses
 import json
 import types
 
-from rtagent.resources import frozen_map
+from rtagent.resources import STANDARD_CLASSES, frozen_map
 from rtagent.tracker import assigned, errors, ledger, stats
 from rtagent.tracker.drift import Drift
 from rtagent.tracker.model import NodeSnapshot
+from rtagent.tracker.sums import InstanceSums
+from rtagent.tracker.table import Table
 
 # Per-node metadata keys in the store (names kept from schema version 1).
 RATIOS_KEY = "placement_ratios:{node}"
@@ -29,6 +31,10 @@ FAILED_BUILDS_KEY = "failed_builds:{node}"
 
 def _empty():
     return frozen_map({})
+
+
+def _table():
+    return Table()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,11 +70,17 @@ class NodeState:
     :param pending: instance UUID -> token of a standalone claim whose
         Placement write is in flight; other calls on it are refused with a
         retriable error until its caller settles it.
+
+    Derived, so that an operation costs the same whatever N: ``instances``
+    and ``migrations`` are :class:`~rtagent.tracker.table.Table` values
+    (any mapping given is copied into one), which tell :func:`changes`
+    what an operation touched; ``sums`` are the instances' totals, carried
+    from state to state (rebuilt when they are not those of ``instances``).
     """
 
     node_uuid: str
-    instances: types.MappingProxyType = dataclasses.field(default_factory=_empty)
-    migrations: types.MappingProxyType = dataclasses.field(default_factory=_empty)
+    instances: Table = dataclasses.field(default_factory=_table)
+    migrations: Table = dataclasses.field(default_factory=_table)
     seq: int = 0
     released: frozenset = frozenset()
     disabled: str | None = None
@@ -81,6 +93,17 @@ class NodeState:
     policy: ledger.ResourcePolicy = dataclasses.field(default_factory=ledger.ResourcePolicy)
     inventories: types.MappingProxyType = dataclasses.field(default_factory=_empty)
     pending: types.MappingProxyType = dataclasses.field(default_factory=_empty)
+    sums: InstanceSums | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        # O(1) when built by the methods below; O(N), once, for a state
+        # built from plain mappings (a restore, a test).
+        for name in ("instances", "migrations"):
+            value = getattr(self, name)
+            if not isinstance(value, Table):
+                object.__setattr__(self, name, Table(value))
+        if self.sums is None or not self.sums.valid_for(self.instances):
+            object.__setattr__(self, "sums", InstanceSums.over(self.instances))
 
     @classmethod
     def restore(cls, store, node_uuid, policy):
@@ -98,8 +121,8 @@ class NodeState:
             raise errors.StateError(path=store.path, reason=f"unreadable metadata: {exc}") from exc
         return cls(
             node_uuid=node_uuid,
-            instances=frozen_map({i.uuid: i for i in store.load_instances(node_uuid)}),
-            migrations=frozen_map({m.uuid: m for m in migrations}),
+            instances=Table((i.uuid, i) for i in store.load_instances(node_uuid)),
+            migrations=Table((m.uuid, m) for m in migrations),
             seq=max((m.seq for m in migrations), default=0),
             released=store.load_released(node_uuid),
             disabled=store.get_meta(DISABLED_KEY.format(node=node_uuid)),
@@ -115,6 +138,35 @@ class NodeState:
 
     def held(self):
         return ledger.holdings(self.node_uuid, self.instances, self.migrations.values())
+
+    def used(self, extra=()):
+        """Resource class -> amount held, as ``ledger.usage(self.held(),
+        extra)`` counts it (a class may also show with 0), from the carried
+        sums: O(moves + extra), not O(instances)."""
+        replacing, others = ledger.move_holdings(
+            self.node_uuid, self.instances, self.migrations.values()
+        )
+        used = dict.fromkeys(STANDARD_CLASSES, 0)
+        for rc, amount in self.sums.amounts.items():
+            used[rc] = used.get(rc, 0) + amount
+        for uuid in replacing:
+            for rc, amount in self.instances[uuid].resources.items():
+                used[rc] -= amount
+        for resources in [r for r, _ in replacing.values()] + [r for r, _ in others] + list(extra):
+            for rc, amount in resources.items():
+                used[rc] = used.get(rc, 0) + amount
+        return used
+
+    def ids_in_use(self):
+        """Resource class -> identifiers held, as ``assigned.in_use(self.held())``."""
+        replacing, others = ledger.move_holdings(
+            self.node_uuid, self.instances, self.migrations.values()
+        )
+        ids = self.sums.ids_in_use()
+        for _, held in list(replacing.values()) + others:
+            for rc, idents in held.items():
+                ids.setdefault(rc, set()).update(idents)
+        return ids
 
     def with_inputs(self, **fields):
         """Replace host, policy or Placement ratios and re-derive the
@@ -155,18 +207,25 @@ class NodeState:
     # -- instances and moves ---------------------------------------------
 
     def with_instance(self, instance):
+        instances = self.instances.set(instance.uuid, instance)
+        released = self.released
+        if instance.uuid in released:
+            released = released - {instance.uuid}
         return dataclasses.replace(
             self,
-            instances=frozen_map({**self.instances, instance.uuid: instance}),
-            released=self.released - {instance.uuid},
+            instances=instances,
+            sums=self.sums.changed(instances, self.instances.get(instance.uuid), instance),
+            released=released,
         )
 
     def without_instance(self, uuid):
         if uuid not in self.instances:
             return self
+        instances = self.instances.without([uuid])
         return dataclasses.replace(
             self,
-            instances=frozen_map({k: v for k, v in self.instances.items() if k != uuid}),
+            instances=instances,
+            sums=self.sums.changed(instances, removed=self.instances[uuid]),
             released=self.released | {uuid},
         )
 
@@ -179,7 +238,7 @@ class NodeState:
         migration = migration.replace(seq=seq)
         return dataclasses.replace(
             self,
-            migrations=frozen_map({**self.migrations, migration.uuid: migration}),
+            migrations=self.migrations.set(migration.uuid, migration),
             seq=seq,
         )
 
@@ -199,7 +258,7 @@ class NodeState:
         }
         return dataclasses.replace(
             self,
-            migrations=frozen_map({k: v for k, v in self.migrations.items() if k not in uuids}),
+            migrations=self.migrations.without(uuids),
             released=self.released | back,
         )
 
@@ -260,12 +319,12 @@ def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_reques
     :returns: {rc: identifiers} chosen for ``assigned_request``.
     :raises ComputeResourcesUnavailable: it does not fit.
     """
-    held = state.held()
-    used = ledger.usage(held, ctx.extra_usage)
-    reasons = ledger.refusals(ctx.inventories, used, requested, limits)
+    reasons = ledger.refusals(ctx.inventories, state.used(ctx.extra_usage), requested, limits)
     if reasons:
         raise errors.ComputeResourcesUnavailable(instance_uuid, reasons)
-    return assigned.pick(ctx.offered, held, assigned_request, instance_uuid)
+    if not assigned_request:
+        return {}
+    return assigned.pick_from(ctx.offered, state.ids_in_use(), assigned_request, instance_uuid)
 
 
 def snapshot_of(state, count_untracked):
@@ -323,14 +382,20 @@ class Changes:
 
 
 def changes(old, new):
-    """The store writes that turn ``old`` into ``new`` (durable fields only)."""
+    """The store writes that turn ``old`` into ``new`` (durable fields only).
+
+    Looks only at the entries an operation touched when ``new`` was made
+    from ``old`` (see :class:`~rtagent.tracker.table.Table`), at every
+    entry otherwise.
+    """
+    same_released = old.released is new.released
     return Changes(
         put_instances=_put(old.instances, new.instances),
-        delete_instances=tuple(sorted(set(old.instances) - set(new.instances))),
+        delete_instances=_deleted(old.instances, new.instances),
         put_migrations=_put(old.migrations, new.migrations),
-        delete_migrations=tuple(sorted(set(old.migrations) - set(new.migrations))),
-        put_released=tuple(sorted(new.released - old.released)),
-        delete_released=tuple(sorted(old.released - new.released)),
+        delete_migrations=_deleted(old.migrations, new.migrations),
+        put_released=() if same_released else tuple(sorted(new.released - old.released)),
+        delete_released=() if same_released else tuple(sorted(old.released - new.released)),
         meta=_meta_changes(old, new),
     )
 
@@ -338,7 +403,19 @@ def changes(old, new):
 def _put(old, new):
     if old is new:
         return ()
-    return tuple(v for k, v in sorted(new.items()) if old.get(k) != v)
+    keys = new.touched_since(old)
+    if keys is None:
+        return tuple(v for k, v in sorted(new.items()) if old.get(k) != v)
+    return tuple(new[k] for k in sorted(keys) if k in new and old.get(k) != new[k])
+
+
+def _deleted(old, new):
+    if old is new:
+        return ()
+    keys = new.touched_since(old)
+    if keys is None:
+        keys = old.keys()
+    return tuple(sorted(k for k in keys if k in old and k not in new))
 
 
 def _meta_changes(old, new):

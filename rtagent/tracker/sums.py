@@ -1,0 +1,77 @@
+"""What a node's instances use, summed, and kept up to date as they come and go.
+
+A claim checks its fit against what the node already holds. Adding up
+every instance for each claim is O(N) Python work under the tracker lock;
+these sums are carried from one state to the next instead, adjusted by the
+one instance an operation adds or removes. Moves still count from their
+own records (:func:`rtagent.tracker.ledger.move_holdings`): there are few.
+"""
+
+import dataclasses
+import types
+
+from rtagent.resources import frozen_map
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class InstanceSums:
+    """Sums over one instances mapping.
+
+    :param of: the mapping these are the sums of; they are valid for that
+        very object only (see :meth:`valid_for`).
+    :param amounts: resource class -> total of the instances' resources.
+    :param ids: resource class -> {identifier: how many instances hold it}
+        (assigned resources; a class appears while some instance holds one).
+    """
+
+    of: object
+    amounts: types.MappingProxyType
+    ids: types.MappingProxyType
+
+    @classmethod
+    def over(cls, instances):
+        """Sum ``instances`` (O(N): a new state, a restore)."""
+        amounts, ids = {}, {}
+        for instance in instances.values():
+            _add(amounts, ids, instance, 1)
+        return cls(instances, frozen_map(amounts), _freeze_ids(ids))
+
+    def valid_for(self, instances):
+        return self.of is instances
+
+    def changed(self, instances, removed=None, added=None):
+        """The sums of ``instances``: this mapping less ``removed`` plus
+        ``added`` (Instances, or None). O(resource classes)."""
+        amounts = dict(self.amounts)
+        ids = self.ids
+        if (removed is not None and removed.assigned) or (added is not None and added.assigned):
+            ids = {rc: dict(counts) for rc, counts in ids.items()}
+        for instance, sign in ((removed, -1), (added, 1)):
+            if instance is not None:
+                _add(amounts, ids, instance, sign)
+        if ids is not self.ids:
+            ids = _freeze_ids(ids)
+        return InstanceSums(instances, frozen_map(amounts), ids)
+
+    def ids_in_use(self):
+        """Resource class -> set of identifiers some instance holds."""
+        return {rc: set(counts) for rc, counts in self.ids.items()}
+
+
+def _add(amounts, ids, instance, sign):
+    for rc, amount in instance.resources.items():
+        amounts[rc] = amounts.get(rc, 0) + sign * amount
+    for rc, held in instance.assigned.items():
+        counts = ids.setdefault(rc, {})
+        for ident in held:
+            left = counts.get(ident, 0) + sign
+            if left:
+                counts[ident] = left
+            else:
+                counts.pop(ident, None)
+        if not counts:
+            del ids[rc]
+
+
+def _freeze_ids(ids):
+    return frozen_map({rc: frozen_map(counts) for rc, counts in ids.items()})
