@@ -44,6 +44,7 @@ class NodePublisher:
             allocations.AllocationHealer(client, heal_budget) if client is not None else None
         )
         self._report = allocations.ConsumerReport()
+        self._index = allocations.AllocationIndex(client) if client is not None else None
         # Candidates found unknown at the last check, and the root generation
         # that check saw: the check runs again only when it moves.
         self._candidates = {}
@@ -90,6 +91,7 @@ class NodePublisher:
             still_released=lambda consumer: consumer in tracker.snapshot().healable,
         )
         if result.healed:
+            self._index.forget(result.healed)
             tracker.forget_released(result.healed)
         self._heal_backlog = len(result.deferred)
 
@@ -113,11 +115,13 @@ class NodePublisher:
         self._checked_generation = root.generation
         self._report.update({c: a for c, a in found.items() if c in previous})
 
-    def find_unknown(self, tracker):
+    def find_unknown(self, tracker, full=False):
         """Allocations on our providers of consumers the node does not know
-        (one GET per provider). :returns: {consumer: allocations}."""
-        known = tracker.snapshot().known_consumers
-        found = allocations.unknown_consumers(self._client, self.sync.view.generations(), known)
+        (see :class:`~rtagent.placement.allocations.AllocationIndex` for
+        what it reads; ``full``: every provider's allocations).
+        :returns: {consumer: allocations}."""
+        marks = allocations.consumer_marks(tracker.snapshot())
+        found = self._index.unknown(self.sync.view.generations(), marks, full=full)
         # A claim that arrived while we read is known now.
         known = tracker.snapshot().known_consumers
         return {c: a for c, a in found.items() if c not in known}
@@ -125,7 +129,7 @@ class NodePublisher:
     def report_unknown(self, tracker):
         """Check now and adopt the findings at once (an operator asked).
         :returns: {consumer: allocations}."""
-        return self._report.update(self.find_unknown(tracker))
+        return self._report.update(self.find_unknown(tracker, full=True))
 
     def unknown(self, known=frozenset()):
         """{consumer: allocations} as last reported, less those in ``known``

@@ -1,0 +1,188 @@
+"""The unknown-consumer check after a generation moves reads what changed,
+not every allocation of the provider (issue 12 item 6), and still finds
+what the full read found: against the real Placement app."""
+
+import uuid
+
+import pytest
+
+from rtagent.tracker.model import Flavor
+from tests.functional.conftest import Recorder
+from tests.functional.placement.conftest import allocations_of, put_allocation
+from tests.functional.placement.test_node_invariants import RES, TINY
+
+pytestmark = pytest.mark.functional
+
+
+def gets(recorder):
+    return [u for m, u, _ in recorder.requests if m == "GET"]
+
+
+def full_reads(recorder, node):
+    return [u for u in gets(recorder) if u == f"/resource_providers/{node}/allocations"]
+
+
+@pytest.fixture
+def steady(make_agent):
+    """An agent past its first checks, and its request recorder."""
+    recorder = Recorder()
+    agent = make_agent(observer=recorder)
+    agent.audit()
+    agent.audit()
+    recorder.reset()
+    return agent, recorder
+
+
+def claim_as_nova(agent, operator, consumer):
+    """The scheduler writes the allocation, then the claim arrives."""
+    put_allocation(operator, consumer, {agent.tracker.node_uuid: RES})
+    agent.tracker.instance_claim(consumer, TINY)
+
+
+def test_the_tick_after_a_claim_reads_the_claim_not_every_allocation(steady, operator):
+    agent, recorder = steady
+    node = agent.tracker.node_uuid
+    others = [str(uuid.uuid4()) for _ in range(3)]
+    for consumer in others:
+        claim_as_nova(agent, operator, consumer)
+    agent.audit()  # the index learns them
+    recorder.reset()
+
+    new = str(uuid.uuid4())
+    claim_as_nova(agent, operator, new)
+    agent.audit()
+    assert full_reads(recorder, node) == []
+    assert f"/allocations/{new}" in gets(recorder)
+    assert f"/resource_providers/{node}/usages" in gets(recorder)
+    agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+    recorder.reset()
+    agent.audit()
+    assert recorder.count() == 1  # steady again
+
+
+def test_an_unknown_consumer_written_beside_a_claim_is_still_reported(steady, operator):
+    agent, recorder = steady
+    node = agent.tracker.node_uuid
+    squatter = str(uuid.uuid4())
+    put_allocation(operator, squatter, {node: RES})
+    claim_as_nova(agent, operator, str(uuid.uuid4()))
+    agent.audit()  # the totals differ from the claims': read in full
+    assert full_reads(recorder, node) != []
+    agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == [squatter]
+    assert allocations_of(operator, squatter) == {node: RES}  # never touched
+
+
+def test_a_deleted_instance_is_healed_without_reading_every_allocation(steady, operator):
+    agent, recorder = steady
+    node = agent.tracker.node_uuid
+    gone = str(uuid.uuid4())
+    claim_as_nova(agent, operator, gone)
+    agent.audit()
+    agent.tracker.update_instance(gone, vm_state="deleted")
+    recorder.reset()
+    for _ in range(4):
+        agent.audit()
+    assert allocations_of(operator, gone) == {}
+    assert agent.tracker.snapshot().released == frozenset()
+    assert full_reads(recorder, node) == []
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+
+
+def test_an_allocation_removed_behind_the_agents_back_is_noticed(steady, operator):
+    """A claimed instance's allocation deleted by someone else, and a new
+    unknown consumer of another size: the totals differ, so the provider is
+    read in full and the newcomer reported."""
+    agent, recorder = steady
+    node = agent.tracker.node_uuid
+    known = str(uuid.uuid4())
+    claim_as_nova(agent, operator, known)
+    agent.audit()
+    operator.delete(f"/allocations/{known}")
+    squatter = str(uuid.uuid4())
+    put_allocation(operator, squatter, {node: {"VCPU": 2, "MEMORY_MB": 256}})
+    recorder.reset()
+    agent.audit()
+    agent.audit()
+    assert full_reads(recorder, node) != []
+    assert agent.sync_status()[node]["unknown_consumers"] == [squatter]
+
+
+def test_an_operator_report_reads_every_allocation(steady, operator):
+    agent, recorder = steady
+    node = agent.tracker.node_uuid
+    squatter = str(uuid.uuid4())
+    put_allocation(operator, squatter, {node: RES})
+    assert squatter in agent.report_unknown_consumers()
+    assert full_reads(recorder, node) != []
+
+
+def resize_as_nova(agent, operator, instance, migration, new):
+    """A same-node resize: the old flavor moves to the migration consumer,
+    the instance gets the new one, then the move is recorded."""
+    node = agent.tracker.node_uuid
+    generation = operator.get(f"/allocations/{instance}").json()["consumer_generation"]
+    owner = {"project_id": "proj", "user_id": "user", "consumer_type": "INSTANCE"}
+    resp = operator.post(
+        "/allocations",
+        json={
+            migration: {
+                "allocations": {node: {"resources": RES}},
+                "consumer_generation": None,
+                **dict(owner, consumer_type="MIGRATION"),
+            },
+            instance: {
+                "allocations": {node: {"resources": new}},
+                "consumer_generation": generation,
+                **owner,
+            },
+        },
+    )
+    assert resp.status_code == 204, resp.text
+    agent.tracker.start_move(
+        migration,
+        instance,
+        "resize",
+        source_node=node,
+        dest_node=node,
+        old_flavor=TINY,
+        new_flavor=Flavor(new["VCPU"], new["MEMORY_MB"]),
+    )
+
+
+@pytest.mark.parametrize("owner_removes_it", [True, False])
+def test_a_confirmed_resize_is_followed_consumer_by_consumer(steady, operator, owner_removes_it):
+    """The move's two consumers are read one by one; once confirmed, the
+    migration consumer is unknown to the node: gone if its owner removed
+    its allocation, reported (never touched) if not."""
+    agent, recorder = steady
+    node = agent.tracker.node_uuid
+    instance, migration = str(uuid.uuid4()), str(uuid.uuid4())
+    claim_as_nova(agent, operator, instance)
+    agent.audit()
+    recorder.reset()
+    resize_as_nova(agent, operator, instance, migration, {"VCPU": 2, "MEMORY_MB": 512})
+    agent.audit()
+    assert full_reads(recorder, node) == []
+    assert {f"/allocations/{instance}", f"/allocations/{migration}"} <= set(gets(recorder))
+
+    agent.tracker.finish_move(migration)
+    agent.tracker.confirm_move(migration)
+    if owner_removes_it:
+        assert operator.delete(f"/allocations/{migration}").status_code == 204
+    else:
+        # the instance's allocation rewritten moves the generation, so the
+        # node looks again
+        generation = operator.get(f"/allocations/{instance}").json()["consumer_generation"]
+        put_allocation(operator, instance, {node: {"VCPU": 2, "MEMORY_MB": 512}}, generation)
+    recorder.reset()
+    agent.audit()
+    agent.audit()
+    reported = agent.sync_status()[node]["unknown_consumers"]
+    if owner_removes_it:
+        assert full_reads(recorder, node) == []
+        assert reported == []
+    else:
+        assert reported == [migration]
+        assert allocations_of(operator, migration) == {node: RES}
