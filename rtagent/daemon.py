@@ -24,6 +24,7 @@ import time
 
 from rtagent import exception
 from rtagent.periodic import PeriodicLoop
+from rtagent.placement import errors as placement_errors
 from rtagent.rpc import status as statusmod
 from rtagent.rpc.starter import RPCStarter
 from rtagent.wakeup import Wakeup
@@ -127,7 +128,7 @@ class Daemon:
         self._failures = 0
         self.reloads = 0
         self.reload_failures = 0
-        metrics.watch(agent.nodes.trackers, self.sync_state)
+        metrics.watch(agent.nodes.trackers, self._metrics_state)
 
     # -- requests (safe in signal handlers and from any thread) -------------
 
@@ -147,8 +148,8 @@ class Daemon:
         try:
             self.agent.audit()
         except Exception as exc:
-            code = getattr(exc, "code", type(exc).__name__)
-            self._last_error = f"{code}: {exc}"
+            code = _failure_code(exc)
+            self._last_error = f"{getattr(exc, 'code', type(exc).__name__)}: {exc}"
             self._failures += 1
             raise
         else:
@@ -180,6 +181,17 @@ class Daemon:
             "healing_backlog": {
                 node: state["healing_backlog"] for node, state in self.agent.sync_status().items()
             },
+        }
+
+    def _metrics_state(self):
+        """The nodes' sync state as the metrics export it, per node."""
+        nodes = self.agent.sync_status()
+        return {
+            "node_last_success": {node: state["last_success"] for node, state in nodes.items()},
+            "unknown_consumers": {
+                node: len(found) for node, found in self.agent.unknown_consumers().items()
+            },
+            "healing_backlog": {node: state["healing_backlog"] for node, state in nodes.items()},
         }
 
     def sync_overdue(self):
@@ -406,10 +418,15 @@ class Daemon:
             new_conf = self._reload()
             self._apply_conf(new_conf)
         except Exception as exc:
+            reason = getattr(exc, "msg", None) or exc
+        else:
+            reason = None
+        if reason is not None:
+            # Logged outside the except block: oslo.log appends the
+            # exception in flight to an error line, which said it twice.
             self.reload_failures += 1
             LOG.error(
-                "Configuration reload rejected, the running configuration is kept: %s",
-                getattr(exc, "msg", None) or exc,
+                "Configuration reload rejected, the running configuration is kept: %s", reason
             )
             return
         self.reloads += 1
@@ -476,3 +493,18 @@ class Daemon:
         worker.start()
         if not self._join(worker, seconds):
             LOG.warning("%s did not finish within the shutdown timeout; exiting anyway", what)
+
+
+def _failure_code(exc):
+    """The code a failed audit is counted under (``rtagent_audits_total``).
+
+    A node whose sync backs off sent nothing this tick, but it is still out
+    of sync for the reason it backs off from: that failure's code, which
+    the backoff recorded as ``"code: message"`` (SyncStatus.last_error).
+    Counting ``placement.sync_backing_off`` instead hid the cause.
+    """
+    code = getattr(exc, "code", None) or type(exc).__name__
+    if code == placement_errors.SyncBackingOff.code:
+        cause = str(exc.kwargs.get("last_error") or "").split(":", 1)[0].strip()
+        code = cause or code
+    return code

@@ -1,10 +1,11 @@
-"""A loopback HTTP endpoint: ``/healthz`` (200 or 503 with reasons, JSON),
+"""An HTTP endpoint: ``/healthz`` (200 or 503 with reasons, JSON),
 ``/metrics`` (Prometheus text) and ``/status`` (the nodes' status, JSON).
 
-Bound to 127.0.0.1 only: it is for the local monitoring agent and for
-``rtagent status``, never for the network.
+Bound to 127.0.0.1 by default: for the local monitoring agent and for
+``rtagent status``. ``[health] bind_address`` opens it to a central
+Prometheus (docs/operations.md says how to fence it).
 
-Whoever can reach loopback can reach it, so its cost is bounded whatever
+Whoever can reach it can use it, so its cost is bounded whatever
 clients do: one thread multiplexes every connection (non-blocking sockets,
 one selector), a fixed pool of workers builds the answers, at most
 ``max_connections`` are open (when full, a new connection displaces the
@@ -18,6 +19,7 @@ import collections
 import email.utils
 import errno
 import http
+import ipaddress
 import itertools
 import json
 import logging
@@ -55,7 +57,9 @@ class HealthServer:
     """:param check: callable() -> list of reasons (empty when healthy).
     :param metrics: a :class:`rtagent.metrics.Metrics`.
     :param status: callable() -> JSON-able status.
-    :param port: TCP port on 127.0.0.1 (0: any free port; see ``port``).
+    :param port: TCP port (0: any free port; see ``port``).
+    :param host: the IPv4 or IPv6 address to listen on (``::`` also takes
+        IPv4 connections).
     :param workers: threads building answers.
     :param max_connections: connections open at once.
     :param request_timeout: seconds for a request head to arrive whole, and
@@ -71,6 +75,7 @@ class HealthServer:
         status,
         port,
         *,
+        host=HOST,
         workers=WORKERS,
         max_connections=MAX_CONNECTIONS,
         request_timeout=REQUEST_TIMEOUT_S,
@@ -85,10 +90,17 @@ class HealthServer:
         self._max = max_connections
         self._timeout = request_timeout
         self._clock = clock
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.host = host
+        ipv6 = ipaddress.ip_address(host).version == 6
+        self._listener = socket.socket(
+            socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_STREAM
+        )
         try:
             self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._listener.bind((HOST, port))
+            if ipv6:
+                # "::" then takes IPv4 too, whatever the host's bindv6only.
+                self._listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            self._listener.bind((host, port))
             self._listener.listen(max(128, max_connections))
             self._listener.setblocking(False)
         except OSError:
@@ -112,7 +124,8 @@ class HealthServer:
         ]
         for thread in self._threads:
             thread.start()
-        LOG.info("Health and metrics on http://%s:%d/", HOST, self.port)
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        LOG.info("Health and metrics on http://%s:%d/", shown, self.port)
 
     def stop(self):
         """Close every connection and the port; returns within a few

@@ -7,7 +7,13 @@ snapshots at scrape time, so they are never stale.
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 from rtagent.placement.client import RequestObserver
@@ -27,6 +33,9 @@ class Metrics:
         self._wall = wall
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # process_cpu_seconds_total, process_resident_memory_bytes,
+        # process_open_fds, process_start_time_seconds... (from /proc).
+        ProcessCollector(registry=r)
         self.rpc_calls = Counter(
             "rtagent_rpc_calls",
             "RPC calls served, by method and error code.",
@@ -81,9 +90,9 @@ class Metrics:
         """Export the nodes' state, read at scrape time.
 
         :param trackers: callable() -> the node trackers (state gauges).
-        :param sync_state: callable() -> dict with ``last_success`` (wall
-            seconds or None), ``unknown_consumers`` and ``healing_backlog``
-            ({node: count}).
+        :param sync_state: callable() -> dict with ``node_last_success``
+            ({node: wall seconds or None}), ``unknown_consumers`` and
+            ``healing_backlog`` ({node: count}).
         """
         self.registry.register(_StateCollector(trackers, sync_state, self._wall))
 
@@ -119,6 +128,12 @@ class _PlacementObserver(RequestObserver):
 
 
 class _StateCollector:
+    """Gauges of the nodes, labelled ``node`` (the UUID, which Placement
+    and nova know) and ``hostname`` (the hypervisor's name, which people
+    know; empty until the host was first read)."""
+
+    LABELS = ("node", "hostname")
+
     def __init__(self, trackers, sync_state, wall):
         self._trackers = trackers
         self._sync_state = sync_state
@@ -128,67 +143,70 @@ class _StateCollector:
         return []
 
     def collect(self):
-        labels = ["node"]
-        capacity = GaugeMetricFamily(
+        labels = list(self.LABELS)
+
+        def gauge(name, doc, extra=()):
+            return GaugeMetricFamily(name, doc, labels=[*labels, *extra])
+
+        capacity = gauge(
             "rtagent_resource_capacity",
             "Allocatable amount per resource class.",
-            labels=[*labels, "resource_class"],
+            ["resource_class"],
         )
-        used = GaugeMetricFamily(
-            "rtagent_resource_used",
-            "Used amount per resource class.",
-            labels=[*labels, "resource_class"],
-        )
-        instances = GaugeMetricFamily("rtagent_instances", "Tracked instances.", labels=labels)
-        untracked = GaugeMetricFamily(
-            "rtagent_drift_untracked_domains",
-            "Domains on the host without a claim.",
-            labels=labels,
-        )
-        missing = GaugeMetricFamily(
-            "rtagent_drift_missing_instances",
-            "Tracked instances without a domain.",
-            labels=labels,
-        )
-        released = GaugeMetricFamily(
+        used = gauge("rtagent_resource_used", "Used amount per resource class.", ["resource_class"])
+        instances = gauge("rtagent_instances", "Tracked instances.")
+        untracked = gauge("rtagent_drift_untracked_domains", "Domains on the host without a claim.")
+        missing = gauge("rtagent_drift_missing_instances", "Tracked instances without a domain.")
+        released = gauge(
             "rtagent_released_consumers",
             "Instances that left the node whose allocations are not healed yet.",
-            labels=labels,
         )
+        hostnames = {}
         for tracker in self._trackers():
             snap = tracker.snapshot()
             node = snap.node_uuid
+            hostnames[node] = snap.hypervisor_hostname or ""
+            ids = [node, hostnames[node]]
             for rc, inv in snap.inventories.items():
-                capacity.add_metric([node, rc], inv.capacity)
-                used.add_metric([node, rc], snap.usage.get(rc, 0))
-            instances.add_metric([node], len(snap.instances))
-            untracked.add_metric([node], len(snap.drift.untracked) if snap.drift else 0)
-            missing.add_metric([node], len(snap.drift.missing) if snap.drift else 0)
-            released.add_metric([node], len(snap.released))
+                capacity.add_metric([*ids, rc], inv.capacity)
+                used.add_metric([*ids, rc], snap.usage.get(rc, 0))
+            instances.add_metric(ids, len(snap.instances))
+            untracked.add_metric(ids, len(snap.drift.untracked) if snap.drift else 0)
+            missing.add_metric(ids, len(snap.drift.missing) if snap.drift else 0)
+            released.add_metric(ids, len(snap.released))
         yield from (capacity, used, instances, untracked, missing, released)
-        last = self._sync_state().get("last_success")
-        lag = GaugeMetricFamily(
-            "rtagent_sync_lag_seconds",
-            "Seconds since the last successful Placement sync (-1: none yet).",
-        )
-        lag.add_metric([], self._wall() - last if last else -1)
-        yield lag
-        unknown = GaugeMetricFamily(
-            "rtagent_unknown_consumers",
-            "Consumers holding allocations on the node's providers that the agent "
-            "does not know (reported, never deleted).",
-            labels=["node"],
-        )
+
         state = self._sync_state()
-        for node, count in (state.get("unknown_consumers") or {}).items():
-            unknown.add_metric([node], count)
-        yield unknown
-        backlog = GaugeMetricFamily(
-            "rtagent_healing_backlog",
-            "Released consumers the last healing pass left for a later one "
-            "(its per-tick budget was spent).",
-            labels=["node"],
+
+        def per_node(family, values):
+            for node, value in (values or {}).items():
+                if value is not None:
+                    family.add_metric([node, hostnames.get(node, "")], value)
+            return family
+
+        # A timestamp, not an age: no sentinel is needed before the first
+        # success (the sample is absent), and alerts compute the age with
+        # time() - rtagent_sync_last_success_timestamp_seconds.
+        yield per_node(
+            gauge(
+                "rtagent_sync_last_success_timestamp_seconds",
+                "Unix time of the node's last successful Placement sync (absent until the first).",
+            ),
+            state.get("node_last_success"),
         )
-        for node, count in (state.get("healing_backlog") or {}).items():
-            backlog.add_metric([node], count)
-        yield backlog
+        yield per_node(
+            gauge(
+                "rtagent_unknown_consumers",
+                "Consumers holding allocations on the node's providers that the agent "
+                "does not know (reported, never deleted).",
+            ),
+            state.get("unknown_consumers"),
+        )
+        yield per_node(
+            gauge(
+                "rtagent_healing_backlog",
+                "Released consumers the last healing pass left for a later one "
+                "(its per-tick budget was spent).",
+            ),
+            state.get("healing_backlog"),
+        )

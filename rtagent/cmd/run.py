@@ -52,7 +52,9 @@ def build_and_run(conf, reload_conf):
             return AgentEndpoint(agent, conf.host, conf.my_ip, **hooks)
 
         def make_health(check, status):
-            return health_server.HealthServer(check, meter, status, conf.health.port)
+            return health_server.HealthServer(
+                check, meter, status, conf.health.port, host=conf.health.bind_address
+            )
 
         the_daemon = daemon.Daemon(
             conf,
@@ -143,14 +145,16 @@ def _guru_meditation(conf):
     here. ``[oslo_reports] file_event_handler`` keeps working (oslo.reports
     watches that file from a thread of its own).
     """
-    from oslo_reports import guru_meditation_report as gmr
+    from rtagent import guru
 
     version = _Version(version_string())
-    gmr.TextGuruMeditation.setup_autorun(version, conf=conf, setup_signal=False)
+    # rtagent's configuration, not oslo.config's global one (rtagent.guru).
+    gmr = guru.report_class(conf)
+    gmr.setup_autorun(version, conf=conf, setup_signal=False)
     log_dir = conf.oslo_reports.log_dir
 
     def report():
-        gmr.TextGuruMeditation.handle_signal(version, "rtagent", log_dir, None)
+        gmr.handle_signal(version, "rtagent", log_dir, None)
 
     return report
 

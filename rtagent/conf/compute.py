@@ -21,6 +21,7 @@ ALL_OPTS = [
     cfg.StrOpt(
         "provider_config_location",
         default="/etc/nova/provider_config/",
+        mutable=True,
         help="Directory of provider config files (every *.yaml in it, nova's schema "
         "1.0): additional CUSTOM_* inventories and traits for the providers of this "
         "node, identified by $COMPUTE_NODE, uuid or name. A missing directory means "

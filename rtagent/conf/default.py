@@ -38,15 +38,19 @@ node_opts = [
     ),
 ]
 
+# Options marked mutable are applied by SIGHUP (rtagent.cmd.run.apply_conf);
+# oslo.config warns "Ignoring change to immutable option" for the others.
 reserved_opts = [
     cfg.IntOpt(
         "reserved_host_memory_mb",
+        mutable=True,
         default=512,
         min=0,
         help="Memory in MiB kept for the host; reported as MEMORY_MB reserved.",
     ),
     cfg.IntOpt(
         "reserved_host_disk_mb",
+        mutable=True,
         default=0,
         min=0,
         help="Disk in MiB kept for the host; reported as DISK_GB reserved, "
@@ -54,6 +58,7 @@ reserved_opts = [
     ),
     cfg.IntOpt(
         "reserved_host_cpus",
+        mutable=True,
         default=0,
         min=0,
         help="Host CPUs kept for the host; reported as VCPU reserved.",
@@ -66,6 +71,7 @@ def _ratio(name, resource):
         name,
         default=None,
         min=0.0,
+        mutable=True,
         help=f"Allocation ratio of {resource}. When set it is pushed to Placement "
         "on every sync. When unset (or 0.0, which nova also treats as "
         "unset), the initial ratio is used when the inventory is first "
@@ -79,6 +85,7 @@ def _initial_ratio(name, resource, default):
         name,
         default=default,
         min=0.0,
+        mutable=True,
         help=f"Allocation ratio of {resource} used when the inventory is first "
         f"created in Placement and {name.replace('initial_', '')} is unset.",
     )

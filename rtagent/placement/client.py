@@ -133,10 +133,17 @@ class PlacementClient:
         return response.json()
 
     def _send(self, method, url, body, params):
-        """One attempt, seen by the observer; keystoneauth's errors pass."""
+        """One attempt, seen by the observer; keystoneauth's errors pass.
+
+        With debug logging (``--debug``) each attempt is traced in one line:
+        method, path, status (or the failure) and milliseconds. keystoneauth's
+        own request log is off at oslo.log's default levels and would print
+        headers and bodies.
+        """
         self._observer.before(method, url)
         started = time.monotonic()
         status = None
+        failure = None
         try:
             response = self._adapter.request(
                 url,
@@ -148,8 +155,21 @@ class PlacementClient:
             )
             status = response.status_code
             return response
+        except Exception as exc:
+            failure = type(exc).__name__
+            raise
         finally:
-            self._observer.after(method, url, status, time.monotonic() - started)
+            seconds = time.monotonic() - started
+            self._observer.after(method, url, status, seconds)
+            if LOG.isEnabledFor(logging.DEBUG):
+                LOG.debug(
+                    "Placement %s %s%s -> %s in %.1f ms",
+                    method,
+                    url,
+                    _query(params),
+                    status or failure,
+                    seconds * 1000,
+                )
 
     def list_tree(self, root_uuid):
         """Providers in the tree rooted at ``root_uuid`` (empty if none).
@@ -270,3 +290,10 @@ class PlacementClient:
         """
         payload = {"inventories": inventories, "allocations": allocations}
         self._request("POST", "/reshaper", body=payload)
+
+
+def _query(params):
+    """``?in_tree=...`` for a traced request (our own parameters: UUIDs)."""
+    if not params:
+        return ""
+    return "?" + "&".join(f"{k}={v}" for k, v in sorted(params.items()))

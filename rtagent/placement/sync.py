@@ -17,8 +17,8 @@ import logging
 import random
 import time
 
+from rtagent.placement import changes, errors, reshape
 from rtagent.placement import diff as diffmod
-from rtagent.placement import errors, reshape
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.resources import Inventory, frozen_map
@@ -89,10 +89,21 @@ class ProviderSync:
             ``InventoryInUse``); the view still matches Placement.
         """
         root = _root_uuid(desired)
+        computed_on = {}  # the view the last attempt's operations were computed on
 
         def attempt(number):
+            cached = self._view
             self._refresh(root, desired)
             ops = diffmod.diff(desired, self._view)
+            computed_on["view"] = self._view
+            if LOG.isEnabledFor(logging.DEBUG):
+                LOG.debug(
+                    "Sync of tree %s, attempt %d: %s; %s",
+                    root,
+                    number,
+                    changes.refresh_decision(cached, self._view),
+                    f"{len(ops)} operation(s) to write" if ops else "nothing to write",
+                )
             found = reshape.moves(desired, self._view, ops)
             bodies = reshape.moved_allocations(self._client, found) if found else {}
             if bodies:
@@ -128,7 +139,11 @@ class ProviderSync:
             self.invalidate()
             raise
         if result.operations:
-            LOG.info("Placement updated: %s", ", ".join(_describe(op) for op in result.operations))
+            before = computed_on["view"]
+            LOG.info(
+                "Placement updated: %s",
+                "; ".join(changes.describe(op, before) for op in result.operations),
+            )
         return result
 
     def _apply_by_provider(self, root, ops, desired):
@@ -303,7 +318,3 @@ def _root_uuid(tree):
 
 def _inventories(records):
     return frozen_map({rc: Inventory.from_placement(r) for rc, r in records.items()})
-
-
-def _describe(op):
-    return f"{type(op).__name__}({op.uuid})"

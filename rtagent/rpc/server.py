@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 
+from rtagent import logcontext
 from rtagent.rpc import errors, schemas, transport
 from rtagent.rpc.status import printable
 
@@ -110,6 +111,8 @@ def _make_dispatcher_class(om):
             self._endpoint = endpoint
 
         def dispatch(self, incoming):
+            # Every log line of this call carries the caller's request id.
+            logcontext.adopt(incoming.ctxt)
             message = incoming.message
             method = message.get("method")
             if not isinstance(method, str) or method not in schemas.METHODS:
