@@ -35,15 +35,20 @@ def make_conf(workdir, transport_url, host="rpc-test-host", **overrides):
 
 
 class ServedAgent:
-    """build_agent + one audit + an RPC server, stopped by :meth:`stop`."""
+    """build_agent + one audit + an RPC server, stopped by :meth:`stop`.
 
-    def __init__(self, conf, placement_endpoint):
+    :param make_endpoint: callable(agent, host, host_ip) -> the endpoint to
+        serve; :class:`AgentEndpoint` by default (a benchmark serves a
+        subclass with a no-op method as its baseline).
+    """
+
+    def __init__(self, conf, placement_endpoint, make_endpoint=AgentEndpoint):
         self.conf = conf
         self.agent = builder.build_agent(conf, adapter=make_adapter(placement_endpoint))
         try:
             self.agent.audit()
             self.transport = transport.get_transport(conf)
-            self.endpoint = AgentEndpoint(self.agent, conf.host, conf.my_ip)
+            self.endpoint = make_endpoint(self.agent, conf.host, conf.my_ip)
             self.server = RPCServer(self.transport, conf.host, self.endpoint)
             self.server.start()
         except BaseException:
