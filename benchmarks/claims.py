@@ -32,8 +32,10 @@ held the lock; the CPU time of the claiming thread is timed too.
 Targets, and why:
 
 * the lock held across Placement I/O (the bug this exists for): during
-  audits, no claim waits behind the audit's hold more than 20 ms (a tenth
-  of a round trip), and fewer than 2 % wait behind it more than 10 ms.
+  audits, no claim waits behind the audit's hold more than 50 ms (a quarter
+  of a round trip), and at most 5 % wait behind it more than 10 ms (the
+  audit's own in-memory work holds the lock 0.2-7 ms at N=1000, up to 21 ms
+  on a loaded machine).
   ``--hold-lock-across-sync``
   puts the bug in on purpose (the agent's sync runs inside the tracker's
   lock, by wrapping it here, in the benchmark) and must make this MISS;
@@ -85,10 +87,11 @@ FLAVOR = Flavor(1, 1, 0)
 CPU_RATIO = 4000.0
 
 # Targets (see the module docstring for why these).
-# A claim may wait behind the audit's in-memory work only: a tenth of one
-# Placement round trip, and hardly ever over 10 ms.
-MAX_WAIT_BEHIND_AUDIT_MS = DELAY_S * 1000 / 10
-MAX_WAITS_BEHIND_AUDIT_FRACTION = 0.02
+# A claim may wait behind the audit's in-memory work only. That work holds
+# the lock 0.2-7 ms at N=1000 (up to 21 ms seen on a loaded machine); a
+# lock held across one Placement request holds it 200 ms or more.
+MAX_WAIT_BEHIND_AUDIT_MS = DELAY_S * 1000 / 4
+MAX_WAITS_BEHIND_AUDIT_FRACTION = 0.05
 # A claim's CPU work at the largest N against N=0.
 N_SCALING_MAX = 1.5
 MIN_AUDITS = 3

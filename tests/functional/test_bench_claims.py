@@ -5,7 +5,7 @@ negative control) it must say MISS and exit non-zero.
 A real run, small: one size (N=0), few claims, three audits, against a
 real Placement process behind the benchmark's 200 ms delay proxy. This
 checks the benchmark's verdict, not a speed: the control makes claims wait
-200-800 ms behind the audit, against a target of 20 ms.
+200-800 ms behind the audit, against a target of 50 ms.
 """
 
 import os
