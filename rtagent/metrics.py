@@ -5,8 +5,6 @@ ticks, Placement requests); gauges of the node's state are read from fresh
 snapshots at scrape time, so they are never stale.
 """
 
-import time
-
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -29,8 +27,7 @@ class Metrics:
     :meth:`observer` from its construction on.
     """
 
-    def __init__(self, wall=time.time):
-        self._wall = wall
+    def __init__(self):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         # process_cpu_seconds_total, process_resident_memory_bytes,
@@ -57,7 +54,8 @@ class Metrics:
         )
         self.audits = Counter(
             "rtagent_audits",
-            "Audit ticks by outcome (ok or the error code).",
+            "Audit ticks by outcome: ok or the failure's code (a tick whose sync "
+            "backs off counts under the code of the failure it backs off from).",
             ["outcome"],
             registry=r,
         )
@@ -94,7 +92,7 @@ class Metrics:
             ({node: wall seconds or None}), ``unknown_consumers`` and
             ``healing_backlog`` ({node: count}).
         """
-        self.registry.register(_StateCollector(trackers, sync_state, self._wall))
+        self.registry.register(_StateCollector(trackers, sync_state))
 
     def record_rpc(self, method, code, seconds):
         self.rpc_calls.labels(method, code or "ok").inc()
@@ -134,10 +132,9 @@ class _StateCollector:
 
     LABELS = ("node", "hostname")
 
-    def __init__(self, trackers, sync_state, wall):
+    def __init__(self, trackers, sync_state):
         self._trackers = trackers
         self._sync_state = sync_state
-        self._wall = wall
 
     def describe(self):
         return []
