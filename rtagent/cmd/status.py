@@ -51,10 +51,21 @@ def main(conf):
     return 0
 
 
+def status_url(conf):
+    """Where the agent serves /status: its ``[health] bind_address``, or
+    127.0.0.1 when it listens on every address."""
+    bound = conf.health.bind_address if "bind_address" in conf.health else HOST
+    if bound in ("", "0.0.0.0", "::"):  # noqa: S104 - a comparison, not a bind
+        bound = HOST
+    host = f"[{bound}]" if ":" in bound else bound
+    return f"http://{host}:{conf.health.port}/status"
+
+
 def _from_http(conf):
-    url = f"http://{HOST}:{conf.health.port}/status"
+    url = status_url(conf)
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as answer:
+        # Always http:, built by status_url.
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as answer:  # noqa: S310
             return json.load(answer)
     except urllib.error.HTTPError as exc:
         raise AgentDown(

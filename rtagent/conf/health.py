@@ -32,8 +32,7 @@ ALL_OPTS = [
         "central Prometheus scrape /metrics, set 0.0.0.0 (or :: for IPv6 "
         "as well) and allow only the Prometheus server through the host's "
         "firewall: /status and /healthz then answer on that address too. "
-        "`rtagent status` asks 127.0.0.1 on this port, so it works with the "
-        "default, 0.0.0.0 and ::, not with another single address.",
+        "`rtagent status` asks this address (127.0.0.1 for 0.0.0.0 and ::).",
     ),
     cfg.FloatOpt(
         "sync_stale_after",

@@ -121,3 +121,24 @@ def test_health_and_rpc_lines():
 def test_control_characters_never_reach_the_terminal():
     sync = {"in_sync": False, "last_error": "bad\x1b[2Jthing", "last_success": None}
     assert "\x1b" not in render(report(sync))
+
+
+@pytest.mark.parametrize(
+    "bind, url",
+    [
+        ("127.0.0.1", "http://127.0.0.1:8787/status"),
+        ("0.0.0.0", "http://127.0.0.1:8787/status"),
+        ("::", "http://127.0.0.1:8787/status"),
+        ("10.0.0.5", "http://10.0.0.5:8787/status"),
+        ("fd00::5", "http://[fd00::5]:8787/status"),
+    ],
+)
+def test_status_asks_where_the_agent_listens(bind, url):
+    from rtagent import conf as rtconf
+    from rtagent.cmd.status import status_url
+
+    conf = rtconf.new_conf()
+    conf([], default_config_files=[])
+    conf.set_override("bind_address", bind, group="health")
+    conf.set_override("port", 8787, group="health")
+    assert status_url(conf) == url
