@@ -1,26 +1,30 @@
 """RPC claim latency over a real RabbitMQ: what a claim adds to an RPC call.
 
-An agent (libvirt test driver, real Placement process) serves API 1.0 in
-this process; 8 conductor threads, each with its own transport, call
+An agent (libvirt test driver, real Placement process) serves the API in
+this process; 8 conductor processes, each with its own transport, call
 ``instance_claim`` for a fixed time while a thread runs audits back to back
 (every other one after ``invalidate_placement_cache``, so it re-reads the
 provider tree from Placement).
 
 The baseline is a no-op of the same endpoint: the served endpoint is the
 agent's own class plus one benchmark-only method that returns a reply of a
-claim's shape and does nothing else. The dispatcher admits only the API's
-method names (docs/rpc-api.md is a contract), so the no-op is reached as
-``instance_claim`` with a context marker: same method name, same arguments
-(a fresh instance UUID and the same flavor), same message size, same
-dispatcher checks and schema validation; only the handler differs. Each
-conductor alternates claim and no-op, so both see the same load; a claim is
-followed by an untimed abort that keeps the node empty.
+claim's shape and size and does nothing else. The dispatcher admits only
+the API's method names (docs/rpc-api.md is a contract), so the no-op is
+reached as ``instance_claim`` with a context marker: same method name,
+same arguments (a fresh instance UUID and the same flavor), same message
+size, same dispatcher checks and schema validation; only the handler
+differs. Each conductor alternates claim and no-op, so both see the same
+load; a claim is followed by an untimed abort that keeps the node empty.
+
+The agent's state (its SQLite journal, fsync'd at each claim) is on tmpfs
+by default: on a disk, claims queue behind each other's fsync under the
+tracker's lock, and the figure is the disk's (``--state-dir`` to see it).
 
 Prints key=value lines; the last is the summary. Targets (see TARGETS):
 claim p50 minus no-op p50, the same at p99, and claim p50 / no-op p50.
 A refusal (a reply with ok=false) or a claim left on the node is a MISS:
 the node has room for every claim. Fewer than MIN_AUDITS audits, a failed
-audit, or too few calls is VOID.
+audit, too few calls, or a machine too busy (MAX_NO_OP_P50_MS) is VOID.
 
 ``--slow-claim-ms N`` is the negative control: it wraps the served
 tracker's ``instance_claim`` with an N ms sleep (outside the tracker's
@@ -54,17 +58,21 @@ SECONDS = float(os.environ.get("RPC_BENCH_SECONDS", "20"))
 FLAVOR = {"vcpus": 1, "memory_mb": 64}
 
 # A claim costs ~0.5 ms in the tracker when idle (fit test, one journal
-# commit). Under this load (8 conductors on 2 cores) it adds ~5-6 ms at p50
-# to an RPC call: its SQLite calls release the GIL and each takes the
-# agent's other threads' switch interval (5 ms) to get it back; the no-op
-# makes no such call. A claim path 5 ms slower measured 13-15 ms added and
-# a ratio of 1.39-1.48 (ratio 1.13-1.17 without). So: added p50 at most
-# 9 ms (between the two), and the ratio at most 1.3, which also holds when
-# the machine is calmer (the no-op faster, 5 ms a larger part of it). The
-# p99s swing by +-60 ms between runs here, so their difference guards only
-# against tails of 100 ms and more, e.g. a claim waiting for an audit's
-# Placement round trips (audits take 0.1-7 s here).
-TARGETS = {"added_p50_ms": 9.0, "added_p99_ms": 100.0, "ratio_p50": 1.3}
+# commit). Under this load (8 conductors and audits back to back on 2
+# cores) it adds more to an RPC call: its SQLite calls release the GIL, and
+# getting it back from the agent's busy threads takes up to their switch
+# interval (5 ms); the no-op makes no such call. That part grows with the
+# load, as the no-op does: measured here, added p50 3.2-8.7 ms and ratio
+# 1.10-1.21 (no-op p50 32-43 ms); with --slow-claim-ms 5, added 12.9-18.7
+# ms and ratio 1.34-1.48. So the ratio (it holds as the load changes) is at
+# most 1.3; the added p50 at most 12 ms (ratio 1.2 at the busiest no-op
+# p50 allowed, below); the p99s swing by +-60 ms between runs here, so
+# their difference only guards against tails of 100 ms and more, e.g. a
+# claim waiting for an audit's Placement round trips (audits take 0.1-7 s).
+TARGETS = {"added_p50_ms": 12.0, "added_p99_ms": 100.0, "ratio_p50": 1.3}
+# A no-op slower than this at p50 means a machine too busy for 5 ms to
+# show (less than a tenth of a call): the run is void.
+MAX_NO_OP_P50_MS = 60.0
 MIN_AUDITS = 3
 MIN_CALLS = 200  # per kind: the p99 is then at least the 3rd-largest value
 
@@ -333,13 +341,22 @@ def main():
         missed.append("refusals")
     if left_on_node:
         missed.append("claims_left_on_node")
-    void = audits < MIN_AUDITS or auditor.errors or min(len(claims), len(no_ops)) < MIN_CALLS
-    verdict = "MISS" if missed else ("VOID" if void else "PASS")
+    void = (
+        audits < MIN_AUDITS
+        or auditor.errors
+        or min(len(claims), len(no_ops)) < MIN_CALLS
+        or n50 > MAX_NO_OP_P50_MS
+    )
+    # A refusal or a claim left behind is wrong whatever the load; latency
+    # figures count only from a valid run.
+    wrong = refused or left_on_node
+    verdict = "MISS" if wrong or (missed and not void) else ("VOID" if void else "PASS")
     print(
         f"summary added_p50_ms={added50:.2f} (target <= {TARGETS['added_p50_ms']:g}) "
         f"added_p99_ms={added99:.2f} (target <= {TARGETS['added_p99_ms']:g}) "
         f"ratio_p50={ratio:.3f} (target <= {TARGETS['ratio_p50']:g}) "
-        f"claim_p50_ms={c50:.2f} no_op_p50_ms={n50:.2f} refusals={refused} (target 0) "
+        f"claim_p50_ms={c50:.2f} no_op_p50_ms={n50:.2f} (void over {MAX_NO_OP_P50_MS:g}) "
+        f"refusals={refused} (target 0) "
         f"audits={audits} (needs >= {MIN_AUDITS}) claims={len(claims)} no_ops={len(no_ops)} "
         f"(need >= {MIN_CALLS} each){' missed=' + ','.join(missed) if missed else ''} {verdict}"
     )
