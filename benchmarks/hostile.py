@@ -21,8 +21,15 @@ miss or a void measurement (no claims measured in a phase). Targets:
 internal errors 0, lost acknowledged claims 0, claim p99 during each attack
 at most 5x the p99 before (plus 20 ms, the jitter of one RPC round trip on
 2 cores), the health port answering during the half-open phase, exit 0.
+
+``--drop-acknowledged`` is the negative control of the recount: after the
+first fuzz batch it aborts one acknowledged claim without telling the
+ledger, as an agent that lost a claim would look from outside, and must
+make the script MISS (lost > 0: the usage it
+held, in the resource's units).
 """
 
+import argparse
 import collections
 import json
 import logging
@@ -383,7 +390,23 @@ def half_open(port, count):
     return socks
 
 
+def drop_behind_ledger(caller, ledger):
+    """Abort one acknowledged claim and leave it in the ledger."""
+    for inst in list(ledger.held):
+        if caller.call("abort_instance_claim", instance_uuid=inst)["ok"]:
+            print(f"negative_control dropped={inst}")
+            return
+    raise SystemExit("negative control: no acknowledged claim to drop")
+
+
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--drop-acknowledged",
+        action="store_true",
+        help="negative control: lose one acknowledged claim behind the ledger's back (must MISS)",
+    )
+    args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     import resource
 
@@ -421,6 +444,8 @@ def main():
                     t.start()
                 for t in threads:
                     t.join(600)
+                if args.drop_acknowledged and batch == 0:
+                    drop_behind_ledger(probe, ledger)
                 low, high, held = recount(probe, ledger, baseline)
                 lost, extra = max(lost, -low), max(extra, high)
             calls = sum(counts.values())
