@@ -12,6 +12,8 @@ import glob
 import os
 import sys
 
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from rtagent import exception
@@ -21,8 +23,8 @@ from rtagent.conf import placement
 def unknown_names(conf):
     """Names in ``conf``'s files that ``conf`` has no option or group for.
 
-    Call it after the start-up checks: they register the options of the
-    configured ``[placement]`` auth plugin.
+    The options of the configured ``[placement]`` auth plugin count as
+    known whether or not a start-up check got as far as loading it.
 
     :returns: a list of one-line descriptions, in file order.
     """
@@ -57,7 +59,21 @@ def _known(conf):
             # in another group).
             for old in opt.deprecated_opts:
                 known.setdefault(old.group or group_name, set()).add(old.name or opt.name)
+    known.setdefault(placement.GROUP.name, set()).update(_plugin_options(conf))
     return known
+
+
+def _plugin_options(conf):
+    """Option names of the ``[placement]`` auth plugin, read without
+    registering anything (an unknown plugin has none)."""
+    try:
+        auth_type = conf[placement.GROUP.name].auth_type
+        if not auth_type:
+            return set()
+        opts = ks_loading.get_auth_plugin_conf_options(auth_type)
+    except (cfg.Error, ks_exc.NoMatchingPlugin):
+        return set()
+    return {name for opt in opts for name in (opt.dest, opt.name)}
 
 
 def _registered(conf):

@@ -62,7 +62,10 @@ def check_transport_urls(conf):
 
 def _masked(url):
     """``url`` with any password replaced by ``***`` (the message is logged)."""
-    return re.sub(r"(?<=[/,])([^:/@,]*):[^@/]*@", r"\1:***@", url)
+    # The user part runs to the LAST "@" before the host: a password with
+    # an unencoded "/" or "@" is exactly what makes the URL fail to parse,
+    # and the failure is printed.
+    return re.sub(r"(?<=://)[^:@]*:.*@", lambda m: m.group(0).split(":", 1)[0] + ":***@", url)
 
 
 def check_cpu_sets(conf, timeout=HOST_TIMEOUT_S):

@@ -80,3 +80,19 @@ def test_oslo_library_options_are_known(tmp_path):
     )
     result = rtagent("--config-file", str(conf), "check-config")
     assert result.returncode == 0, result.stderr
+
+
+def test_the_auth_plugins_options_are_known_when_an_earlier_check_fails(tmp_path):
+    # The start-up checks stop at the first bad value, before [placement]
+    # loads its plugin: the plugin's options must still count as known.
+    conf = write_conf(
+        tmp_path,
+        extra="[placement]\nauth_type = password\nauth_url = http://127.0.0.1:9/identity\n"
+        "username = admin\npassword = secret\nproject_name = admin\n",
+    )
+    (tmp_path / "instances").rmdir()
+    result = rtagent("--config-file", str(conf), "check-config")
+    assert result.returncode == 2
+    assert "[libvirt] instances_path" in result.stderr, result.stderr
+    for name in ("auth_url", "username", "password", "project_name"):
+        assert f"[placement] {name}:" not in result.stderr, result.stderr

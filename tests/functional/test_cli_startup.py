@@ -73,13 +73,16 @@ def test_password_auth_without_a_user_names_both_options(tmp_path):
         ("rabbit://u:secret@[::1:5672/", "[DEFAULT] transport_url: rabbit://u:***@[::1:5672/"),
         ("rabit://u:secret@h:5672/", "no driver 'rabit'"),
         ("rabbit://u:secret@h:99999/", "port 99999 is out of range"),
+        # An unencoded "/" in the password is what breaks parsing.
+        ("rabbit://u:se/cret@h:5672/", "[DEFAULT] transport_url: rabbit://u:***@h:5672/"),
     ],
 )
 def test_malformed_transport_url(tmp_path, url, message):
     conf = write_conf(tmp_path, extra=f"[DEFAULT]\ntransport_url = {url}\n")
     result = rtagent("--config-file", str(conf), "run")
     assert_one_line_exit_2(result, message)
-    assert "secret" not in result.stderr, "the password reached the message"
+    for part in ("secret", "se/", "cret"):
+        assert part not in result.stderr, "the password reached the message"
     assert not (tmp_path / "state").exists()
 
 
