@@ -34,11 +34,6 @@ class Table(collections.abc.Mapping):
         self._parent = None
         self._touched = frozenset()
 
-    @classmethod
-    def of(cls, data):
-        """``data`` itself if it is a Table, else a Table copy of it."""
-        return data if isinstance(data, cls) else cls(data)
-
     def _derive(self, data, touched):
         table = Table.__new__(Table)
         table._data = data
