@@ -44,6 +44,7 @@ def policy_from_conf(conf):
         reserved_host_cpus=conf.reserved_host_cpus,
         reserved_host_memory_mb=conf.reserved_host_memory_mb,
         reserved_host_disk_mb=conf.reserved_host_disk_mb,
+        reserve_untracked=conf.rtagent.reserve_untracked_usage,
         ratios=frozen_map(
             {
                 VCPU: _configured_ratio(conf, "cpu_allocation_ratio"),

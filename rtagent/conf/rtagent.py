@@ -19,6 +19,21 @@ ALL_OPTS = [
         "directory) as used, so claims cannot oversubscribe the host they "
         "share. They are reported as drift either way.",
     ),
+    cfg.BoolOpt(
+        "reserve_untracked_usage",
+        default=True,
+        mutable=True,
+        help="Publish the usage of the untracked domains counted by "
+        "count_untracked_domains as part of the reserved amount of the "
+        "node's VCPU and MEMORY_MB inventories in Placement, so the "
+        "scheduler does not pick a node the agent then refuses. The "
+        "agent's own checks use the same reservation instead of counting "
+        "that usage as used. Reserved is in physical units: untracked vCPUs "
+        "are divided by the allocation ratio and rounded up (6 vCPUs at "
+        "ratio 4.0 reserve 2 CPUs), and the reservation never exceeds the "
+        "total. Has no effect when count_untracked_domains is false. "
+        "Applied on SIGHUP.",
+    ),
     cfg.IntOpt(
         "missing_domain_grace",
         default=600,

@@ -3,7 +3,8 @@ tracker's snapshot.
 
 The root provider carries nova's data model: named after the hypervisor
 hostname, the node UUID, VCPU / MEMORY_MB / DISK_GB inventories as nova
-computes them, the COMPUTE_NODE and OWNER_NOVA traits, and
+computes them (their ``reserved`` also holds what running domains without a
+claim use), the COMPUTE_NODE and OWNER_NOVA traits, and
 COMPUTE_STATUS_DISABLED while the node is disabled. Child providers (PCI
 devices) and driver traits plug in through ``children`` and ``driver_traits``.
 """
@@ -12,7 +13,7 @@ import os_traits
 
 from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.resources import STANDARD_CLASSES, frozen_map
-from rtagent.tracker import ledger
+from rtagent.tracker import ledger, untracked
 
 # Traits every root carries. nova 34.0.0's scheduler requires OWNER_NOVA on
 # compute roots (and PCI providers) once every compute reports it.
@@ -33,6 +34,14 @@ def root_provider(snapshot, driver_traits=frozenset(), managed_traits=frozenset(
     policy = snapshot.policy
     # Unresolved ratios: None where unconfigured, so Placement's value stands.
     invs = ledger.inventories(snapshot.host, policy, resolve_ratios=False)
+    if policy.reserve_untracked:
+        # Running domains without a claim, when the agent counts them: the
+        # scheduler must see the node as full as the agent does. Reserved
+        # in physical units with the ratios claims are checked with (see
+        # rtagent.tracker.untracked); it changes only when such a domain
+        # starts or stops, so a steady tick still writes nothing.
+        units = untracked.reservation(snapshot.inventories, snapshot.untracked_usage)
+        invs = untracked.add_reserved(invs, units)
     traits = ROOT_TRAITS | frozenset(driver_traits)
     if snapshot.disabled is not None:
         traits |= {DISABLED_TRAIT}

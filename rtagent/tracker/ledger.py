@@ -30,6 +30,9 @@ class ResourcePolicy:
         operator left it unset (then Placement's value is respected).
     :param initial_ratios: resource class -> ratio used when an inventory is
         first created and no ratio is configured.
+    :param reserve_untracked: counted untracked domains' usage is reserved
+        (in Placement and in the agent's own checks) rather than counted as
+        used by the agent alone; see :mod:`.untracked`.
     """
 
     reserved_host_cpus: int = 0
@@ -39,6 +42,7 @@ class ResourcePolicy:
     initial_ratios: types.MappingProxyType = dataclasses.field(
         default_factory=lambda: frozen_map({VCPU: 4.0, MEMORY_MB: 1.0, DISK_GB: 1.0})
     )
+    reserve_untracked: bool = True
 
     def reserved(self, rc):
         if rc == VCPU:

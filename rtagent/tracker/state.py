@@ -17,7 +17,7 @@ import json
 import types
 
 from rtagent.resources import STANDARD_CLASSES, frozen_map
-from rtagent.tracker import assigned, errors, ledger, stats
+from rtagent.tracker import assigned, errors, ledger, stats, untracked
 
 # Changes and changes() live in their own module; importable from here too.
 from rtagent.tracker.changes import (  # noqa: F401
@@ -314,6 +314,11 @@ def fit_context(state, count_untracked):
     if state.unavailable is not None:
         raise errors.HostUnavailable(node=state.node_uuid, reason=state.unavailable)
     extra = tuple(state.drift.untracked_usage()) if count_untracked else ()
+    if extra and state.policy.reserve_untracked:
+        # Checked as Placement checks it: reserved, not used (never both).
+        units = untracked.reservation(state.inventories, ledger.usage([], extra))
+        invs = frozen_map(untracked.add_reserved(state.inventories, units))
+        return FitContext(inventories=invs, offered=state.offered)
     return FitContext(inventories=state.inventories, extra_usage=extra, offered=state.offered)
 
 

@@ -40,7 +40,9 @@ def test_standalone_claim_refused_by_placement_is_rolled_back(make_agent, operat
     node = agent.audit().snapshot.node_uuid
     # someone else holds most of the memory in Placement (not in our ledger)
     squatter = str(uuid.uuid4())
-    put_allocation(operator, squatter, {node: {"MEMORY_MB": 30000}})
+    memory = operator.get(f"/resource_providers/{node}/inventories").json()["inventories"]
+    free = memory["MEMORY_MB"]["total"] - memory["MEMORY_MB"]["reserved"]
+    put_allocation(operator, squatter, {node: {"MEMORY_MB": free - 1000}})
     uid = str(uuid.uuid4())
     with pytest.raises(errors.AllocationRefused):
         agent.claim_standalone(uid, Flavor(1, 4096, 1), project_id="p", user_id="u")

@@ -35,12 +35,13 @@ def test_first_audit_publishes_what_the_host_and_config_imply(make_agent, make_c
         for rc, inv in invs.items()
     }
     # demo-host.xml via the test driver: 3 online CPUs, 32768 MiB; disk is
-    # the real filesystem under tmp_path.
+    # the real filesystem under tmp_path. Its running and paused guests have
+    # no claim: 7 vCPUs and 7168 MiB, reserved over the ratios (rounded up).
     st = os.statvfs(conf.libvirt.instances_path)
     disk_gb = st.f_frsize * st.f_blocks // 2**30
     assert summary == {
-        "VCPU": (3, 1, 4.0, 3),  # initial_cpu_allocation_ratio
-        "MEMORY_MB": (32768, 512, 1.5, 32768),  # configured ratio
+        "VCPU": (3, 1 + 2, 4.0, 3),  # initial_cpu_allocation_ratio; 7 / 4.0
+        "MEMORY_MB": (32768, 512 + 4779, 1.5, 32768),  # configured ratio; 7168 / 1.5
         "DISK_GB": (disk_gb, 2, 1.0, disk_gb),
     }
     assert all(inv["min_unit"] == 1 and inv["step_size"] == 1 for inv in invs.values())

@@ -92,7 +92,10 @@ def test_an_unknown_consumer_stops_being_reported_when_its_claim_arrives(make_ag
 
 def test_healing_is_bounded_per_tick_and_the_backlog_is_reported(make_agent, make_conf, operator):
     recorder = Recorder()
-    agent = make_agent(make_conf(rtagent__heal_max_consumers=3), observer=recorder)
+    # Ratio 16: the demo host's untracked guests are reserved (7 vCPUs),
+    # and Placement must still have room for the 7 allocations healed here.
+    conf = make_conf(rtagent__heal_max_consumers=3, cpu_allocation_ratio=16.0)
+    agent = make_agent(conf, observer=recorder)
     agent.audit()
     node = agent.tracker.node_uuid
     gone = [str(uuid.uuid4()) for _ in range(7)]
@@ -118,8 +121,8 @@ def test_healing_is_bounded_per_tick_and_the_backlog_is_reported(make_agent, mak
     assert all(allocations_of(operator, inst) == {} for inst in gone)
 
 
-def test_healing_stops_when_its_time_is_spent(make_agent, operator, client):
-    agent = make_agent()
+def test_healing_stops_when_its_time_is_spent(make_agent, make_conf, operator, client):
+    agent = make_agent(make_conf(cpu_allocation_ratio=16.0))  # room beside the demo guests
     agent.audit()
     node = agent.tracker.node_uuid
     for _ in range(5):

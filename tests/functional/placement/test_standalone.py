@@ -50,8 +50,11 @@ def test_a_retried_write_finds_its_allocation_present(node, client):
 def test_refused_for_capacity_rolls_the_local_claim_back(node, operator, client):
     root = node.tracker.node_uuid
     # Someone the tracker does not know about holds nearly all the memory
-    # (32768 - 512 reserved): the local check passes, Placement's does not.
-    put_allocation(operator, str(uuid.uuid4()), {root: {"MEMORY_MB": 32256 - 100}})
+    # Placement offers (reserved: 512 and the demo host's untracked guests):
+    # the local check passes, Placement's does not.
+    memory = get(operator, f"/resource_providers/{root}/inventories")["inventories"]["MEMORY_MB"]
+    taken = memory["total"] - memory["reserved"] - 100
+    put_allocation(operator, str(uuid.uuid4()), {root: {"MEMORY_MB": taken}})
     inst = str(uuid.uuid4())
     before = node.tracker.snapshot()
     with pytest.raises(errors.AllocationRefused) as err:
