@@ -11,6 +11,7 @@ import time
 import pytest
 
 from rtagent.testing.placement_server import PlacementServer
+from rtagent.testing.rabbitmq import free_port
 from tests.functional.conftest import DEMO_URI
 
 pytestmark = pytest.mark.functional
@@ -28,6 +29,10 @@ def placement_process():
 
 def write_conf(tmp_path, endpoint="http://127.0.0.1:9", extra=""):
     (tmp_path / "instances").mkdir(exist_ok=True)
+    # A `run` serves /healthz: on a port of its own, not the default one
+    # that anything else on the machine (another test's agent) may hold.
+    if "[health]" not in extra:
+        extra = f"{extra}\n[health]\nport = {free_port()}\n"
     path = tmp_path / "rtagent.conf"
     path.write_text(
         f"""[DEFAULT]
@@ -110,6 +115,7 @@ def test_second_agent_on_the_same_state_path_is_refused(tmp_path, placement_proc
             assert time.monotonic() < deadline and first.poll() is None
             time.sleep(0.1)
         result = rtagent("--config-file", str(conf), "audit")
+        assert first.poll() is None, "the first agent stopped before the second was refused"
         assert result.returncode == 2
         assert f"in use by another rtagent process (pid {first.pid})" in result.stderr
     finally:
