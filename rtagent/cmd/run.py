@@ -5,6 +5,7 @@ import signal
 
 from rtagent import builder, daemon, health_server, metrics, periodic, systemd
 from rtagent.cmd.version import startup_line, version_string
+from rtagent.conf.validation import ConfigError
 from rtagent.rpc import notifier as notifiermod
 from rtagent.rpc import transport
 from rtagent.rpc.endpoint import AgentEndpoint
@@ -52,9 +53,17 @@ def build_and_run(conf, reload_conf):
             return AgentEndpoint(agent, conf.host, conf.my_ip, **hooks)
 
         def make_health(check, status):
-            return health_server.HealthServer(
-                check, meter, status, conf.health.port, host=conf.health.bind_address
-            )
+            host, port = conf.health.bind_address, conf.health.port
+            try:
+                return health_server.HealthServer(check, meter, status, port, host=host)
+            except OSError as exc:
+                # Another service on the port, or an address not on this
+                # host: the operator's to fix, said in one line (exit 2).
+                raise ConfigError(
+                    group="health",
+                    option="port",
+                    reason=f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                ) from None
 
         the_daemon = daemon.Daemon(
             conf,

@@ -157,3 +157,20 @@ def test_startup_line_names_version_config_and_node(tmp_path):
         f"{socket.gethostname()}; state_path {tmp_path}/state; node {node}"
     )
     assert expected in result.stderr, result.stderr
+
+
+def test_a_health_port_in_use_is_one_line(tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        extra = f"[DEFAULT]\ntransport_url =\n[health]\nport = {port}\n"
+        result = rtagent("--config-file", str(write_conf(tmp_path, extra=extra)), "run")
+    finally:
+        holder.close()
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    expected = f"rtagent: error: [health] port: cannot listen on 127.0.0.1:{port}"
+    assert last.startswith(expected), last
