@@ -165,9 +165,11 @@ def test_placement_updated_lines_say_which_fields_and_traits_changed(
     node = json.loads(agent.get("/status")[1])["nodes"][0]["node_uuid"]
     logs = agent.logs()
     # Creation: the traits added and every field of each new inventory.
+    # The demo host's 4 guests have no claim: their 7 vCPUs are reserved as
+    # 1 CPU at ratio 16.0, their 7168 MiB beside the configured 2048.
     assert re.search(rf"SetTraits\({node}: \+COMPUTE_NODE \+OWNER_NOVA\)", logs), logs[-3000:]
     assert re.search(
-        r"\+VCPU total=\d+ reserved=0 min_unit=1 max_unit=\d+ step_size=1 allocation_ratio=16\.0",
+        r"\+VCPU total=\d+ reserved=1 min_unit=1 max_unit=\d+ step_size=1 allocation_ratio=16\.0",
         logs,
     ), logs[-3000:]
 
@@ -179,7 +181,7 @@ def test_placement_updated_lines_say_which_fields_and_traits_changed(
     agent.proc.send_signal(signal.SIGHUP)
     changed = (
         f"Placement updated: SetInventories({node}: "
-        "MEMORY_MB reserved 2048->1024, VCPU allocation_ratio 16.0->20.0)"
+        "MEMORY_MB reserved 9216->8192, VCPU allocation_ratio 16.0->20.0)"
     )
     wait_until(lambda: changed in agent.logs(), 20, "the inventory change in the log")
 

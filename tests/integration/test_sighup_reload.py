@@ -56,7 +56,10 @@ def test_options_that_reload_raise_no_immutable_warning(agent, broker, placement
         "initial_cpu_allocation_ratio = 8.0\ninitial_ram_allocation_ratio = 1.2\n"
         "initial_disk_allocation_ratio = 1.1\n"
         "reserved_host_memory_mb = 1024\nreserved_host_disk_mb = 2048\nreserved_host_cpus = 1\n"
-        f"[compute]\nprovider_config_location = {tmp_path}/provider_config\n",
+        f"[compute]\nprovider_config_location = {tmp_path}/provider_config\n"
+        # Off: Placement's reserved is the configured amounts alone, without
+        # the demo host's guests that have no claim.
+        "[rtagent]\nreserve_untracked_usage = false\n",
         "Configuration reloaded",
     )
     wait_until(
