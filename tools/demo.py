@@ -116,7 +116,7 @@ def show(conductor, placement, deleted):
         f"healing backlog: {node.get('healing_backlog')}"
     )
     print(
-        f"  agent: domains on the host with no claim (counted as used): "
+        f"  agent: domains on the host with no claim (published as reserved): "
         f"{len(drift['untracked_domains'])}"
     )
     left = get(f"/allocations/{deleted}").json()["allocations"]
