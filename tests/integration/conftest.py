@@ -5,28 +5,16 @@ on CI (``CI=true``) a missing requirement fails the run instead, so these
 tests cannot be skipped silently there.
 """
 
-import os
-
 import libvirt
 import pytest
 
 from rtagent.testing import rabbitmq
 from rtagent.testing.libvirtd import Libvirtd, missing_requirements
+from tests.requirements import require
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "integration: needs a real libvirtd + QEMU (root)")
-
-
-def require(missing, what):
-    """Skip when ``missing`` (a reason, or None) is set, except on CI
-    (``CI=true``), where a missing service fails the run: CI installs every
-    service, so a skip there would hide a broken install."""
-    if not missing:
-        return
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI must run the {what} tests: {missing}")
-    pytest.skip(f"{what} unavailable: {missing}")
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,6 @@ Without RabbitMQ the tests that need it are skipped, except on CI
 (``CI=true``), where a missing broker fails them (as tests/integration does).
 """
 
-import os
-
 import pytest
 from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import loading, session
@@ -21,15 +19,12 @@ from rtagent.rpc.server import RPCServer
 from rtagent.testing import rabbitmq
 from rtagent.testing.faultproxy import FaultProxy
 from rtagent.testing.placement_server import PlacementServer
+from tests.requirements import require
 
 
 @pytest.fixture(scope="module")
 def broker():
-    missing = rabbitmq.missing_requirements()
-    if missing:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must run the RPC contract tests: {missing}")
-        pytest.skip(f"RabbitMQ unavailable: {missing}")
+    require(rabbitmq.missing_requirements(), "RPC contract (RabbitMQ)")
     with rabbitmq.RabbitMQ() as rabbit:
         yield rabbit
 
