@@ -25,6 +25,7 @@ import libvirt
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common.verdict import run as run_benchmark
 from rtagent.virt.libvirt import LibvirtDriver
 from rtagent.virt.libvirt.facts import DOMAIN_STATS
 
@@ -131,4 +132,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_benchmark(main))

@@ -75,6 +75,7 @@ import uuid
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, TOP)
 
+from benchmarks.common.verdict import run as run_benchmark  # noqa: E402
 from rtagent import builder  # noqa: E402
 from rtagent import conf as rtconf  # noqa: E402
 from rtagent.testing.placement_server import PlacementServer, admin_adapter  # noqa: E402
@@ -516,4 +517,4 @@ def run(args, sizes, workdir):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_benchmark(main))

@@ -48,6 +48,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common.verdict import run as run_benchmark
 from rtagent.rpc.transport import get_transport, messaging
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.testing.rabbitmq import RabbitMQ
@@ -533,4 +534,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_benchmark(main))

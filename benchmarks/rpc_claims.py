@@ -46,6 +46,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common.verdict import run as run_benchmark
 from rtagent.rpc import transport as rpc_transport
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.transport import get_transport
@@ -364,4 +365,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_benchmark(main))

@@ -72,6 +72,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import libvirt
 
+from benchmarks.common.verdict import run as run_benchmark
 from rtagent import builder
 from rtagent import conf as rtconf
 from rtagent.placement.client import MICROVERSION, RequestObserver
@@ -372,4 +373,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_benchmark(main))
