@@ -111,6 +111,7 @@ def build_agent(
     libvirt_observer=None,
     make_backoff=None,
     on_change=None,
+    node_uuid=None,
 ):
     """Build an :class:`Agent` from a validated ``conf``.
 
@@ -120,6 +121,8 @@ def build_agent(
     ``CallObserver``; unused when ``driver`` is given). ``make_backoff``
     (callable() -> SyncBackoff) replaces each node's sync backoff (tests).
     ``on_change`` is what the configured driver's hypervisor events call.
+    ``node_uuid`` is the primary node's UUID on a first start, for a driver
+    that owns node identity (nova's); an existing identity is kept.
 
     The command line's ``--accept-empty-state`` (``rtagent run``/``audit``)
     lets a store that is missing or empty where one existed start empty;
@@ -161,7 +164,7 @@ def build_agent(
                     node_uuid,
                 )
         else:
-            node_uuid = identity.load_or_create(conf.state_path, store)
+            node_uuid = identity.load_or_create(conf.state_path, store, new_uuid=node_uuid)
         policy = policy_from_conf(conf)
 
         def make_tracker(uuid):

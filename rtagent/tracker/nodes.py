@@ -5,6 +5,8 @@ the persistent ``compute_id``. A driver that reports several nodes names
 them by ``hypervisor_hostname``; each name is given a UUID once and keeps it
 (the mapping is in the state store). The rules, in order:
 
+0. a view that carries its own ``node_uuid`` (a driver that owns node
+   identity, as nova's virt drivers do) is that node, whatever its name;
 1. a name seen before keeps its UUID;
 2. a new name, when it is the only node reported, is the primary node
    renamed (a hostname change must not create a second provider);
@@ -78,7 +80,7 @@ class NodeSet:
         pairs, seen = [], set()
         with self._mutex:
             for view in views:
-                node_uuid = self._uuid_for(view.hypervisor_hostname, single)
+                node_uuid = view.node_uuid or self._uuid_for(view.hypervisor_hostname, single)
                 tracker = self._trackers.get(node_uuid)
                 if tracker is None:
                     tracker = self._trackers[node_uuid] = self._make_tracker(node_uuid)

@@ -141,6 +141,9 @@ class HostView:
     :param supported_instances: ``((arch, hypervisor type, vm mode), ...)``.
     :param libvirt_version: the daemon's libvirt version, encoded like
         ``hypervisor_version``; 0 if unknown.
+    :param node_uuid: the node's UUID when the driver owns node identity
+        (nova's virt drivers: the ComputeNode's UUID); None for libvirt,
+        whose node is the agent's ``compute_id``.
     """
 
     hypervisor_hostname: str
@@ -164,3 +167,4 @@ class HostView:
     trait_sources: tuple = ()
     supported_instances: tuple = ()
     libvirt_version: int = 0
+    node_uuid: str | None = None

@@ -97,3 +97,27 @@ def test_a_single_renamed_node_keeps_its_uuid(placement, make_conf, operator):
         assert body["name"] == "node-a.example.org"
     finally:
         agent.close()
+
+
+def test_a_node_the_driver_names_by_uuid_is_that_node(placement, make_conf, operator):
+    # nova's virt drivers own node identity (the ComputeNode's UUID): a view
+    # that carries one is that node, first start or not, renamed or not.
+    a_uuid, b_uuid = str(uuid.uuid4()), str(uuid.uuid4())
+    driver = NodesDriver(
+        [
+            dataclasses.replace(NODE_A, node_uuid=a_uuid),
+            dataclasses.replace(NODE_B, node_uuid=b_uuid),
+        ]
+    )
+    agent = builder.build_agent(
+        make_conf(), driver=driver, adapter=make_adapter(placement.endpoint), node_uuid=a_uuid
+    )
+    try:
+        result = agent.audit()
+        assert agent.nodes.primary_uuid == a_uuid
+        assert set(result.nodes) == {a_uuid, b_uuid}
+        driver.views = [dataclasses.replace(NODE_B, hypervisor_hostname="b2", node_uuid=b_uuid)]
+        agent.audit()
+        assert operator.get(f"/resource_providers/{b_uuid}").json()["name"] == "b2"
+    finally:
+        agent.close()
