@@ -5,7 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv demo test unit functional lint format genconfig check-genconfig bench clean
+NOVA_VENV ?= .venv-nova
+
+.PHONY: all venv nova-venv demo test test-nova unit functional lint format genconfig check-genconfig bench clean
 
 all: test
 
@@ -16,7 +18,17 @@ demo: venv
 	$(PY) tools/demo.py
 
 test: venv
-	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/nova tests
+
+# nova 34.0.0's own functional tests with rtagent as the resource tracker
+# (tools/nova_tests.py; docs/nova.md), in their own virtualenv, after the
+# tests of the integration itself.
+nova-venv: venv
+	@RTAGENT_NOVA_VENV=$(NOVA_VENV) tools/setup-nova-env.sh
+
+test-nova: nova-venv
+	$(NOVA_VENV)/bin/python -m pytest -q $(PYTEST_ARGS) tests/nova
+	$(NOVA_VENV)/bin/python tools/nova_tests.py
 
 unit: venv
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests/unit
@@ -52,4 +64,4 @@ bench: venv
 	if [ -n "$$failed" ]; then echo "bench: MISS or VOID in:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(NOVA_VENV) .nova-tests .pytest_cache .ruff_cache *.egg-info

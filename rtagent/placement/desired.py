@@ -12,7 +12,7 @@ devices) and driver traits plug in through ``children`` and ``driver_traits``.
 import os_traits
 
 from rtagent.placement.tree import Provider, ProviderTree
-from rtagent.resources import STANDARD_CLASSES, frozen_map
+from rtagent.resources import STANDARD_CLASSES, Inventory, frozen_map
 from rtagent.tracker import ledger, untracked
 
 # Traits every root carries. nova 34.0.0's scheduler requires OWNER_NOVA on
@@ -59,6 +59,46 @@ def root_provider(snapshot, driver_traits=frozenset(), managed_traits=frozenset(
 
 
 def desired_tree(snapshot, children=(), driver_traits=frozenset(), managed_traits=frozenset()):
-    """The desired provider tree: the root plus ``children`` providers."""
+    """The desired provider tree: the root plus ``children`` providers,
+    plus what the host driver reports as providers of its own
+    (``HostView.providers``)."""
     root = root_provider(snapshot, driver_traits, managed_traits)
-    return ProviderTree((root, *children))
+    reported = getattr(snapshot.host, "providers", ()) if snapshot.host else ()
+    root, extra = driver_providers(root, reported)
+    return ProviderTree((root, *children, *extra))
+
+
+def driver_providers(root, reported):
+    """``root`` with the extra inventories and traits a driver reports for
+    it, and the driver's other providers as children of the tree.
+
+    The agent's own classes on the root stay the agent's (a driver's
+    figures for them are ignored); a driver's provider is managed by the
+    driver's report: its classes and traits are what the driver says.
+    """
+    extra_invs, extra_traits, children = {}, set(), []
+    for facts in reported:
+        invs = {rc: Inventory.from_placement(dict(rec)) for rc, rec in facts.inventories}
+        if facts.parent_uuid is None or facts.uuid == root.uuid:
+            extra_invs.update({rc: inv for rc, inv in invs.items() if rc not in STANDARD_CLASSES})
+            extra_traits |= set(facts.traits)
+            continue
+        children.append(
+            Provider(
+                uuid=facts.uuid,
+                name=facts.name,
+                parent_uuid=facts.parent_uuid,
+                inventories=frozen_map(invs),
+                traits=frozenset(facts.traits),
+                managed_traits=frozenset(facts.traits),
+                managed_classes=frozenset(invs),
+            )
+        )
+    if extra_invs or extra_traits:
+        root = root.replace(
+            inventories=frozen_map({**root.inventories, **extra_invs}),
+            traits=root.traits | extra_traits,
+            managed_traits=root.managed_traits | extra_traits,
+            managed_classes=root.managed_classes | frozenset(extra_invs),
+        )
+    return root, children

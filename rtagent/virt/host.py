@@ -109,6 +109,25 @@ class NumaCell:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProviderFacts:
+    """A resource provider a host driver reports beside what the agent
+    derives (nova's virt drivers: ``update_provider_tree``).
+
+    :param parent_uuid: None for the node's root provider itself (then
+        ``inventories`` and ``traits`` add to the root's).
+    :param inventories: ``((resource class, ((field, value), ...)), ...)``,
+        each the items of a Placement inventory record.
+    :param traits: the provider's traits.
+    """
+
+    uuid: str
+    name: str
+    parent_uuid: str | None = None
+    inventories: tuple = ()
+    traits: frozenset = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
 class HostView:
     """One reading of the host's resources.
 
@@ -141,6 +160,9 @@ class HostView:
     :param supported_instances: ``((arch, hypervisor type, vm mode), ...)``.
     :param libvirt_version: the daemon's libvirt version, encoded like
         ``hypervisor_version``; 0 if unknown.
+    :param providers: :class:`ProviderFacts` the driver reports beyond the
+        standard root inventories (nova drivers' extra classes and child
+        providers), sorted parents first.
     :param node_uuid: the node's UUID when the driver owns node identity
         (nova's virt drivers: the ComputeNode's UUID); None for libvirt,
         whose node is the agent's ``compute_id``.
@@ -167,4 +189,5 @@ class HostView:
     trait_sources: tuple = ()
     supported_instances: tuple = ()
     libvirt_version: int = 0
+    providers: tuple = ()
     node_uuid: str | None = None

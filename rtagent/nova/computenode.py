@@ -1,0 +1,103 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""The ComputeNode record nova's scheduler, API and conductor read, written
+through nova's own objects.
+
+Its hypervisor facts come from nova's virt driver (``get_available_resource``,
+as nova-compute has always written them); its usage, stats and allocation
+ratios come from the agent's compute-node view, so the record says what the
+agent accounts. The record's UUID is the node's, the root provider's in
+Placement.
+"""
+
+import logging
+
+from nova import context as nova_context
+from nova import exception, objects
+
+LOG = logging.getLogger(__name__)
+
+# The compute-node view's fields that are the agent's accounting.
+USAGE_FIELDS = (
+    "vcpus_used",
+    "memory_mb_used",
+    "local_gb_used",
+    "free_ram_mb",
+    "free_disk_gb",
+    "running_vms",
+    "current_workload",
+)
+RATIO_FIELDS = ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio")
+
+
+def find_or_create(context, host, service_id, resources, initial_ratios):
+    """The ComputeNode of ``resources['uuid']``: found (undeleted, and moved
+    to ``host`` if another host had it) or created.
+
+    :param initial_ratios: {field: ratio} for a new record (nova's
+        ``initial_*_allocation_ratio``); the agent's view replaces them.
+    :returns: (ComputeNode, created).
+    """
+    uuid = resources["uuid"]
+    try:
+        cn = objects.ComputeNode.get_by_uuid(
+            nova_context.get_admin_context(read_deleted="yes"), uuid
+        )
+    except exception.ComputeHostNotFound:
+        cn = None
+    if cn is not None:
+        cn._context = context
+        if cn.deleted:
+            cn.deleted = False
+            cn.deleted_at = None
+        if cn.host != host:
+            LOG.info("ComputeNode %s moving from %s to %s", uuid, cn.host, host)
+            cn.host = host
+        if service_id is not None:
+            cn.service_id = service_id
+        copy_driver_facts(cn, resources)
+        cn.save()
+        return cn, False
+    cn = objects.ComputeNode(context)
+    cn.host = host
+    if service_id is not None:
+        cn.service_id = service_id
+    for field, ratio in initial_ratios.items():
+        setattr(cn, field, ratio)
+    cn.stats = {}
+    copy_driver_facts(cn, resources)
+    cn.create()
+    LOG.info(
+        "Compute node record created for %s:%s with uuid: %s", host, cn.hypervisor_hostname, uuid
+    )
+    return cn, True
+
+
+def copy_driver_facts(cn, resources):
+    """Copy the virt driver's facts (sizes, hypervisor, CPU info, ``uuid``)."""
+    cn.update_from_virt_driver(resources)
+
+
+def apply_view(cn, view):
+    """Put the agent's accounting (usage, stats, effective ratios) on ``cn``.
+
+    :param view: the API's ``get_compute_node`` result.
+    """
+    for field in USAGE_FIELDS:
+        value = view.get(field)
+        if value is not None:
+            setattr(cn, field, int(value))
+    for field in RATIO_FIELDS:
+        if view.get(field) is not None:
+            setattr(cn, field, float(view[field]))
+    stats = {str(k): str(v) for k, v in (view.get("stats") or {}).items()}
+    if stats != (cn.stats if cn.obj_attr_is_set("stats") else None):
+        cn.stats = stats
+
+
+def save_if_changed(cn):
+    """``cn.save()`` when a field changed (only changed fields are written,
+    so fields others own, such as ``mapped``, are never overwritten)."""
+    if cn.obj_what_changed():
+        cn.save()

@@ -1,0 +1,155 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""A host driver over nova's virt driver interface.
+
+For an agent embedded in nova-compute: nova's virt driver (libvirt, or the
+fake drivers of nova's own tests) answers ``get_available_resource`` per
+node, and owns node identity (the ``uuid`` it reports is the ComputeNode's
+and the root provider's). In production beside a libvirt host, the rtagent
+daemon audits libvirt itself and this module is not used.
+
+What is read, per node the driver lists: the sizes (vCPUs, memory, disk)
+and hypervisor facts of ``get_available_resource``, the capability traits
+of ``capabilities_as_traits``, and what ``update_provider_tree`` puts on a
+provider tree beyond the root's standard inventories (custom classes and
+traits, child providers), which the agent publishes as the driver's.
+Guests are not listed: nova's database says which instances are on the
+node, and the tracker claims them from there, so there are no untracked
+domains to count.
+"""
+
+import json
+import logging
+import threading
+
+from rtagent.virt import errors
+from rtagent.virt.driver import HostDriver
+from rtagent.virt.host import HostView, ProviderFacts
+
+LOG = logging.getLogger(__name__)
+
+
+class NovaHostDriver(HostDriver):
+    """:param virt_driver: a ``nova.virt.driver.ComputeDriver``.
+    :param local_node_uuid: callable() -> the host's node UUID, for a
+        driver whose resources carry none (nova's persistent local id).
+    """
+
+    def __init__(self, virt_driver, local_node_uuid=None):
+        self._driver = virt_driver
+        self._local_node_uuid = local_node_uuid
+        self._mutex = threading.Lock()
+        self._resources = {}
+
+    @property
+    def managed_traits(self):
+        # Every capability the driver can report, true or false: one that
+        # turns false is removed, and no other trait is touched.
+        return frozenset(self._capabilities())
+
+    def resources(self, nodename):
+        """What ``get_available_resource`` returned for ``nodename`` at the
+        last reading (a copy), or None: the ComputeNode record's source."""
+        with self._mutex:
+            found = self._resources.get(nodename)
+        return dict(found) if found is not None else None
+
+    def read_host(self):
+        views = self.read_nodes()
+        if not views:
+            raise errors.HostReadError(what="nova virt driver", reason="it reports no node")
+        return views[0]
+
+    def read_nodes(self):
+        """One view per node the virt driver lists, sorted by name.
+
+        :raises HostReadError: the driver failed to answer.
+        """
+        try:
+            names = sorted(self._driver.get_available_nodes())
+            traits = frozenset(t for t, on in self._capabilities().items() if on)
+            readings = {name: self._driver.get_available_resource(name) for name in names}
+        except Exception as exc:
+            raise errors.HostReadError(what="nova virt driver", reason=str(exc)) from exc
+        views, kept = [], {}
+        for name, reading in readings.items():
+            if not reading:
+                continue  # a node the driver no longer has
+            res = dict(reading)
+            if not res.get("uuid") and self._local_node_uuid is not None:
+                res["uuid"] = self._local_node_uuid()
+            view = view_of(name, res, traits, self._providers(name, res.get("uuid")))
+            views.append(view)
+            kept[view.hypervisor_hostname] = res
+        with self._mutex:
+            self._resources = kept
+        return views
+
+    def _providers(self, nodename, node_uuid):
+        """What the driver's ``update_provider_tree`` reports for the node,
+        as :class:`ProviderFacts` (parents first); () if it cannot say."""
+        if node_uuid is None or not hasattr(self._driver, "update_provider_tree"):
+            return ()
+        from nova.compute import provider_tree
+
+        tree = provider_tree.ProviderTree()
+        tree.new_root(nodename, node_uuid)
+        try:
+            self._driver.update_provider_tree(tree, nodename)
+        except Exception as exc:
+            # A reshape request or a driver error: the standard inventories
+            # the agent derives still stand; the driver's extras wait.
+            LOG.warning("update_provider_tree of node %s failed: %s", nodename, exc)
+            return ()
+        facts = []
+        for uuid in tree.get_provider_uuids():
+            data = tree.data(uuid)
+            facts.append(
+                ProviderFacts(
+                    uuid=data.uuid,
+                    name=data.name,
+                    parent_uuid=data.parent_uuid,
+                    inventories=tuple(
+                        sorted(
+                            (rc, tuple(sorted(rec.items()))) for rc, rec in data.inventory.items()
+                        )
+                    ),
+                    traits=frozenset(data.traits),
+                )
+            )
+        return tuple(facts)
+
+    def _capabilities(self):
+        as_traits = getattr(self._driver, "capabilities_as_traits", None)
+        return dict(as_traits()) if as_traits is not None else {}
+
+
+def view_of(nodename, res, traits=frozenset(), providers=()):
+    """The :class:`HostView` of one node's ``get_available_resource`` dict."""
+    try:
+        cpu = json.loads(res.get("cpu_info") or "{}")
+    except (TypeError, ValueError):
+        cpu = {}
+    if not isinstance(cpu, dict):
+        cpu = {}
+    supported = tuple(tuple(s) for s in res.get("supported_instances") or ())
+    least = res.get("disk_available_least")
+    return HostView(
+        hypervisor_hostname=res.get("hypervisor_hostname") or nodename,
+        hypervisor_type=str(res.get("hypervisor_type") or ""),
+        hypervisor_version=int(res.get("hypervisor_version") or 0),
+        vcpus=int(res["vcpus"]),
+        memory_mb=int(res["memory_mb"]),
+        local_gb=int(res["local_gb"]),
+        local_gb_used=int(res.get("local_gb_used") or 0),
+        disk_available_least=int(least) if least is not None else None,
+        cpu_arch=str(cpu.get("arch") or ""),
+        cpu_model=str(cpu.get("model") or ""),
+        cpu_vendor=str(cpu.get("vendor") or ""),
+        cpu_features=frozenset(cpu.get("features") or ()),
+        traits=frozenset(traits),
+        supported_instances=supported,
+        providers=tuple(providers),
+        node_uuid=res.get("uuid"),
+    )

@@ -1,0 +1,74 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""An rtagent agent inside nova-compute's process (nova's functional tests,
+and a single-process deployment): built from nova's configuration, auditing
+through nova's virt driver, reached through its RPC endpoint's methods.
+"""
+
+import logging
+
+from rtagent import builder
+from rtagent import conf as rtconf
+from rtagent.nova.hostdriver import NovaHostDriver
+from rtagent.nova.link import LocalLink
+from rtagent.rpc.endpoint import AgentEndpoint
+
+LOG = logging.getLogger(__name__)
+
+# nova options that mean the same in rtagent, same names and groups.
+_SHARED_DEFAULT_OPTS = (
+    "my_ip",
+    "reserved_host_memory_mb",
+    "reserved_host_disk_mb",
+    "reserved_host_cpus",
+    "cpu_allocation_ratio",
+    "ram_allocation_ratio",
+    "disk_allocation_ratio",
+    "initial_cpu_allocation_ratio",
+    "initial_ram_allocation_ratio",
+    "initial_disk_allocation_ratio",
+)
+
+
+def agent_conf(nova_conf, host, state_path):
+    """rtagent's configuration for an agent embedded in nova-compute: the
+    options both share are taken from ``nova_conf``.
+
+    The host driver lists no guests (nova's database says which instances
+    are on the node), so untracked domains are neither counted nor reserved.
+    """
+    conf = rtconf.new_conf()
+    conf([], project="rtagent", default_config_files=[])
+    conf.set_override("host", host)
+    conf.set_override("state_path", state_path)
+    for name in _SHARED_DEFAULT_OPTS:
+        value = nova_conf[name]
+        if value is not None:
+            conf.set_override(name, value)
+    conf.set_override("count_untracked_domains", False, group="rtagent")
+    conf.set_override("reserve_untracked_usage", False, group="rtagent")
+    location = nova_conf.compute.provider_config_location
+    conf.set_override("provider_config_location", location, group="compute")
+    return conf
+
+
+def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_uuid=None):
+    """A :class:`LocalLink` to a new agent over ``virt_driver``.
+
+    :param adapter: a keystoneauth1 Adapter to Placement.
+    :param state_path: the agent's own state directory (created if missing).
+    :param local_node_uuid: callable() -> the host's node UUID for drivers
+        whose resources carry none (nova's ``get_local_node_uuid``).
+    """
+    conf = agent_conf(nova_conf, host, state_path)
+    driver = NovaHostDriver(virt_driver, local_node_uuid=local_node_uuid)
+    views = driver.read_nodes()
+    agent = builder.build_agent(
+        conf,
+        driver=driver,
+        adapter=adapter,
+        node_uuid=views[0].node_uuid if views else None,
+    )
+    endpoint = AgentEndpoint(agent, host, conf.my_ip)
+    return LocalLink(agent, endpoint, conf.my_ip)

@@ -1,0 +1,82 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""The tracker's one way to the agent: the RPC API (docs/rpc-api.md), over
+RPC to the rtagent daemon or in the same process.
+
+Both links send the same method names and arguments and get the same reply
+envelopes, so the tracker cannot tell them apart and the in-process tests
+exercise what production sends over the wire.
+"""
+
+import logging
+
+LOG = logging.getLogger(__name__)
+
+
+class AgentRefused(Exception):
+    """The agent answered with an error envelope.
+
+    :param code: the stable error code (``tracker.compute_resources_unavailable``...).
+    :param message: the agent's message.
+    """
+
+    def __init__(self, method, code, message):
+        super().__init__(f"{method}: {code}: {message}")
+        self.method = method
+        self.code = code
+        self.message = message
+
+
+def unwrap(method, reply):
+    """The ``result`` of a reply envelope.
+
+    :raises AgentRefused: the envelope is an error.
+    """
+    if reply.get("ok"):
+        return reply.get("result")
+    error = reply.get("error") or {}
+    raise AgentRefused(method, error.get("code", "unknown"), error.get("message", ""))
+
+
+class LocalLink:
+    """An agent in this process, called through its RPC endpoint's methods.
+
+    :param agent: the :class:`rtagent.agent.Agent`.
+    :param endpoint: an :class:`rtagent.rpc.endpoint.AgentEndpoint` over it.
+    """
+
+    def __init__(self, agent, endpoint, host_ip):
+        self.agent = agent
+        self.agent_host_ip = host_ip
+        self._endpoint = endpoint
+
+    def call(self, method, **args):
+        return unwrap(method, getattr(self._endpoint, method)({}, **args))
+
+    def audit(self):
+        """Run one audit now (read the host, sync Placement). The daemon
+        audits on its own; only an embedded agent needs telling."""
+        self.agent.audit()
+
+    def close(self):
+        self.agent.close()
+
+
+class RpcLink:
+    """The rtagent daemon on the same host, over oslo.messaging.
+
+    :param client: an :class:`rtagent.rpc.client.AgentClient`.
+    """
+
+    def __init__(self, client):
+        self._client = client
+
+    def call(self, method, **args):
+        return unwrap(method, self._client.call(method, **args))
+
+    def audit(self):
+        """The daemon audits on its own schedule: nothing to do."""
+
+    def close(self):
+        """The transport belongs to whoever made the client."""

@@ -1,0 +1,42 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""An embedded agent reached over oslo.messaging, for nova's tests of the
+RPC path: the agent's own RPC server (the daemon's dispatcher and guards)
+on a private in-memory transport (``fake://``, which round-trips every
+message through JSON), and the tracker calling it with the RPC client.
+"""
+
+from oslo_config import cfg
+
+from rtagent.nova.link import RpcLink
+from rtagent.rpc import transport
+from rtagent.rpc.client import AgentClient
+from rtagent.rpc.endpoint import AgentEndpoint
+from rtagent.rpc.server import RPCServer
+
+
+class ServedLink(RpcLink):
+    """:param local: the :class:`~rtagent.nova.link.LocalLink` whose agent
+    is served; audits still run in-process (the daemon's loop is not here).
+    """
+
+    def __init__(self, local, host):
+        conf = cfg.ConfigOpts()
+        transport.register_opts(conf)
+        conf([], project="rtagent", default_config_files=[])
+        # One transport for both ends: the fake driver's queues live in it.
+        self._transport = transport.get_transport(conf, url="fake:/")
+        endpoint = AgentEndpoint(local.agent, host, local.agent_host_ip)
+        self._server = RPCServer(self._transport, host, endpoint)
+        self._server.start()
+        super().__init__(AgentClient(self._transport, host, timeout=60))
+        self._local = local
+
+    def audit(self):
+        self._local.audit()
+
+    def close(self):
+        self._server.stop()
+        self._transport.cleanup()
+        self._local.close()

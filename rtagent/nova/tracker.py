@@ -1,0 +1,600 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""The ResourceTracker nova's ComputeManager calls, over the rtagent agent.
+
+Every claim, move step and usage change goes to the agent as the RPC API's
+request (:mod:`.link`); this class keeps no usage of its own. What it still
+does is what nova's other services read from nova's database: the instance's
+host, node and migration context, the migration's destination and status,
+and the ComputeNode record (:mod:`.computenode`), written from the agent's
+compute-node view after each change.
+
+The agent owns the node's provider tree in Placement (inventories, traits,
+the disabled trait from the service's state); nova's report client keeps
+only what ComputeManager asks of it directly (allocations of moves, deletes).
+
+Method names and signatures are nova's, so that code patching
+``nova.compute.resource_tracker.ResourceTracker.<method>`` patches these.
+"""
+
+import collections
+import copy
+import logging
+
+from nova import exception, objects, utils
+from nova.compute import stats as compute_stats
+from nova.compute import task_states, vm_states
+from nova.compute import utils as compute_utils
+from nova.pci import request as pci_request
+from nova.virt import hardware
+
+from rtagent.nova import claims, computenode, requests
+from rtagent.nova.link import AgentRefused
+
+LOG = logging.getLogger(__name__)
+
+COMPUTE_RESOURCE_SEMAPHORE = "compute_resources"
+# Codes that mean "this node cannot take it": nova reschedules on them.
+_REFUSED = frozenset(
+    {
+        "tracker.compute_resources_unavailable",
+        "tracker.node_not_found",
+        "tracker.node_not_ready",
+        "tracker.host_unavailable",
+        "tracker.instance_claim_conflict",
+        "tracker.move_conflict",
+        "tracker.invalid_claim_request",
+    }
+)
+# Migration statuses after which the move is over.
+_DONE = frozenset({"confirmed", "done", "completed"})
+_UNDONE = frozenset({"reverted", "error", "failed", "cancelled"})
+
+
+class RtagentResourceTracker:
+    """nova's ResourceTracker interface; accounting by the agent behind
+    ``self.link`` (made by :meth:`make_link`, set by whoever installs this
+    class: :func:`tracker_class`).
+    """
+
+    make_link = None  # callable(host, driver, reportclient) -> link
+
+    def __init__(self, host, driver, reportclient=None):
+        if self.make_link is None:
+            raise exception.NovaException("rtagent's tracker was installed without a link")
+        self.host = host
+        self.driver = driver
+        self.reportclient = reportclient
+        self.service_ref = None
+        self.compute_nodes = {}
+        # nova's per-node stats objects; the agent's stats are what the
+        # ComputeNode record gets, these only keep failed_builds readable.
+        self.stats = collections.defaultdict(compute_stats.Stats)
+        self.monitors = []
+        self.pci_tracker = None
+        self.provider_tree = None
+        self._link = None
+
+    @property
+    def link(self):
+        """The way to the agent, made on first use: ComputeManager builds
+        its tracker before the virt driver's ``init_host``, when the
+        driver cannot answer yet."""
+        if self._link is None:
+            self._link = self.make_link(self.host, self.driver, self.reportclient)
+        return self._link
+
+    # -- service and nodes -------------------------------------------------
+
+    def set_service_ref(self, service_ref):
+        if self.service_ref is not None and self.service_ref.id != service_ref.id:
+            raise exception.ComputeServiceInUse(host=self.host)
+        if service_ref.host != self.host:
+            raise exception.ServiceNotUnique(host=self.host, binary=service_ref.binary)
+        self.service_ref = service_ref
+
+    def disabled(self, nodename):
+        return nodename not in self.compute_nodes or not self.driver.node_is_available(nodename)
+
+    def get_node_by_name(self, nodename):
+        try:
+            return self.compute_nodes[nodename]
+        except KeyError:
+            raise exception.ComputeHostNotFound(host=nodename) from None
+
+    def remove_node(self, nodename):
+        self.stats.pop(nodename, None)
+        self.compute_nodes.pop(nodename, None)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def clean_compute_node_cache(self, compute_nodes_in_db):
+        keep = {cn.hypervisor_hostname for cn in compute_nodes_in_db}
+        for nodename in set(self.compute_nodes) - keep:
+            self.remove_node(nodename)
+
+    def update_available_resource(self, context, nodename, startup=False):
+        """Audit the node (the agent reads the host and syncs Placement),
+        reconcile the agent's claims with the instances and moves nova's
+        database has on the node, and write the ComputeNode record.
+
+        Placement is synced outside the tracker lock (network I/O never
+        runs under it).
+        """
+        resources = self.driver.get_available_resource(nodename)
+        if not resources:
+            LOG.warning("Virt driver does not report node %s", nodename)
+            return
+        resources = dict(resources, host_ip=_my_ip())
+        if not resources.get("uuid"):
+            from nova.virt import node as virt_node
+
+            resources["uuid"] = virt_node.get_local_node_uuid()
+        self._sync_disabled(context, resources["uuid"])
+        self.link.audit()
+        self._update_node(context, nodename, resources)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _update_node(self, context, nodename, resources):
+        cn = self.compute_nodes.get(nodename)
+        if cn is None:
+            service_id = self.service_ref.id if self.service_ref else None
+            cn, _created = computenode.find_or_create(
+                context, self.host, service_id, resources, _initial_ratios()
+            )
+            self.compute_nodes[nodename] = cn
+        else:
+            computenode.copy_driver_facts(cn, resources)
+        if self.disabled(nodename):
+            return
+        self._reconcile(context, cn)
+        self._write_node(cn)
+
+    def _sync_disabled(self, context, node_uuid):
+        """The agent shows a disabled service as COMPUTE_STATUS_DISABLED."""
+        try:
+            service = objects.Service.get_by_compute_host(context, self.host)
+        except exception.NotFound:
+            return
+        want = bool(service.disabled)
+        args = {"node_uuid": node_uuid, "disabled": want}
+        if want:
+            args["reason"] = (service.disabled_reason or "disabled")[:255]
+        try:
+            self.link.call("set_disabled", **args)
+        except AgentRefused as exc:
+            if exc.code != "tracker.node_not_found":
+                raise
+            # A node the agent has not audited yet: the audit creates it,
+            # and the next update sets its state.
+
+    def _reconcile(self, context, cn):
+        """Make the agent's claims on ``cn`` what nova's database says:
+        moves over are finished, confirmed or reverted; instances on the
+        node without a claim are claimed (the first start beside an
+        existing nova-compute adopts its instances this way)."""
+        status = self.link.call("get_status", node_uuid=cn.uuid)
+        moving = set()
+        for move in status.get("moves") or ():
+            migration = _migration(context, move["migration_uuid"])
+            state = migration.status if migration is not None else "error"
+            if state in _DONE or state == "finished":
+                self._step("finish_move", cn, move["migration_uuid"])
+            if state in _DONE:
+                self._step("confirm_move", cn, move["migration_uuid"])
+            elif state in _UNDONE:
+                self._step("revert_move", cn, move["migration_uuid"])
+            else:
+                moving.add(move["instance_uuid"])
+        instances = objects.InstanceList.get_by_host_and_node(
+            context, self.host, cn.hypervisor_hostname, expected_attrs=["flavor"]
+        )
+        in_progress = objects.MigrationList.get_in_progress_and_error(
+            context, self.host, cn.hypervisor_hostname
+        )
+        moving |= {m.instance_uuid for m in in_progress}
+        for instance in instances:
+            if instance.uuid in moving or vm_states.allow_resource_removal(
+                vm_state=instance.vm_state, task_state=instance.task_state
+            ):
+                continue
+            try:
+                self._claim(context, instance, cn, None)
+            except AgentRefused as exc:
+                LOG.error(
+                    "Instance %s is on node %s in nova's database but the agent refuses "
+                    "its claim: %s",
+                    instance.uuid,
+                    cn.hypervisor_hostname,
+                    exc,
+                )
+
+    def _step(self, method, cn, migration_uuid):
+        try:
+            self.link.call(method, migration_uuid=migration_uuid, node_uuid=cn.uuid)
+        except AgentRefused as exc:
+            LOG.warning("%s of %s on node %s refused: %s", method, migration_uuid, cn.uuid, exc)
+
+    def _write_node(self, cn):
+        view = self.link.call("get_compute_node", node_uuid=cn.uuid)
+        computenode.apply_view(cn, view)
+        computenode.save_if_changed(cn)
+
+    def _refresh(self, nodename):
+        cn = self.compute_nodes.get(nodename)
+        if cn is not None:
+            self._write_node(cn)
+
+    # -- instance claims ---------------------------------------------------
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def instance_claim(self, context, instance, nodename, allocations, limits=None):
+        if self.disabled(nodename):
+            raise exception.ComputeResourcesUnavailable(
+                reason=f"Attempt to claim resources for instance {instance.uuid} "
+                f"on unknown node {nodename} failed"
+            )
+        cn = self.compute_nodes[nodename]
+        try:
+            self._claim(context, instance, cn, limits)
+        except AgentRefused as exc:
+            raise exception.ComputeResourcesUnavailable(reason=exc.message) from exc
+        instance.host = self.host
+        instance.launched_on = self.host
+        instance.node = cn.hypervisor_hostname
+        instance.compute_id = cn.id
+        instance.save()
+        self._write_node(cn)
+        return claims.Claim(context, instance, nodename, self)
+
+    def _claim(self, context, instance, cn, limits):
+        self.link.call(
+            "instance_claim",
+            node_uuid=cn.uuid,
+            instance_uuid=instance.uuid,
+            flavor=requests.flavor(instance.flavor),
+            volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
+            project_id=requests.project_id(instance),
+            limits=requests.limits(limits),
+        )
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def abort_instance_claim(self, context, instance, nodename):
+        cn = self.compute_nodes.get(nodename)
+        if cn is not None:
+            self._release(cn, instance.uuid)
+        instance.clear_numa_topology()
+        instance.host = None
+        instance.node = None
+        instance.compute_id = None
+        instance.save()
+        if cn is not None:
+            self._write_node(cn)
+
+    def _release(self, cn, instance_uuid):
+        try:
+            self.link.call("abort_instance_claim", node_uuid=cn.uuid, instance_uuid=instance_uuid)
+        except AgentRefused as exc:
+            LOG.warning("Releasing instance %s on %s: %s", instance_uuid, cn.uuid, exc)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def update_usage(self, context, instance, nodename):
+        cn = self.compute_nodes.get(nodename)
+        if cn is None:
+            return
+        try:
+            self.link.call(
+                "update_instance",
+                node_uuid=cn.uuid,
+                instance_uuid=instance.uuid,
+                vm_state=instance.vm_state,
+                task_state=instance.task_state,
+            )
+        except AgentRefused as exc:
+            if exc.code != "tracker.instance_not_found":
+                raise
+            return
+        self._write_node(cn)
+
+    def build_failed(self, nodename):
+        self._node_call("build_failed", nodename)
+
+    def build_succeeded(self, nodename):
+        self._node_call("build_succeeded", nodename)
+
+    def _node_call(self, method, nodename):
+        cn = self.compute_nodes.get(nodename)
+        if cn is not None:
+            self.link.call(method, node_uuid=cn.uuid)
+
+    # -- moves -------------------------------------------------------------
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def rebuild_claim(
+        self, context, instance, nodename, allocations, limits=None, image_meta=None, migration=None
+    ):
+        return self._move_claim(
+            context,
+            instance,
+            instance.flavor,
+            nodename,
+            migration,
+            move_type="evacuation",
+            image_meta=image_meta,
+            limits=limits,
+        )
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def resize_claim(
+        self,
+        context,
+        instance,
+        flavor,
+        nodename,
+        migration,
+        allocations,
+        image_meta=None,
+        limits=None,
+    ):
+        return self._move_claim(
+            context, instance, flavor, nodename, migration, image_meta=image_meta, limits=limits
+        )
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def live_migration_claim(self, context, instance, nodename, migration, limits, allocs):
+        return self._move_claim(
+            context,
+            instance,
+            instance.flavor,
+            nodename,
+            migration,
+            move_type="live-migration",
+            image_meta=instance.image_meta,
+            limits=limits,
+        )
+
+    def _move_claim(
+        self,
+        context,
+        instance,
+        new_flavor,
+        nodename,
+        migration,
+        move_type=None,
+        image_meta=None,
+        limits=None,
+    ):
+        image_meta = image_meta or {}
+        if self.disabled(nodename):
+            raise exception.ComputeResourcesUnavailable(
+                reason=f"Attempt to claim move resources for instance {instance.uuid} "
+                f"on unknown node {nodename} failed"
+            )
+        cn = self.compute_nodes[nodename]
+        migration = self._destination(context, instance, new_flavor, cn, migration, move_type)
+        try:
+            self.link.call(
+                "start_move",
+                node_uuid=cn.uuid,
+                migration_uuid=migration.uuid,
+                instance_uuid=instance.uuid,
+                migration_type=requests.move_type(migration),
+                source_node=_source_node_uuid(context, instance, migration),
+                dest_node=cn.uuid,
+                old_flavor=requests.flavor(instance.flavor),
+                new_flavor=requests.flavor(new_flavor),
+                volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
+                limits=requests.limits(limits),
+            )
+        except AgentRefused as exc:
+            raise exception.ComputeResourcesUnavailable(reason=exc.message) from exc
+        numa = _requested_numa(new_flavor, image_meta, instance)
+        new_requests = pci_request.get_pci_requests_from_flavor(new_flavor)
+        new_requests.instance_uuid = instance.uuid
+        instance.migration_context = objects.MigrationContext(
+            context=context,
+            instance_uuid=instance.uuid,
+            migration_id=migration.id,
+            old_numa_topology=instance.numa_topology,
+            new_numa_topology=numa,
+            old_pci_devices=copy.deepcopy(instance.pci_devices),
+            new_pci_devices=objects.PciDeviceList(objects=[]),
+            old_pci_requests=instance.pci_requests,
+            new_pci_requests=new_requests,
+            old_resources=instance.resources,
+            new_resources=None,
+        )
+        instance.save()
+        self._write_node(cn)
+        return claims.MoveClaim(
+            context,
+            instance,
+            nodename,
+            self,
+            flavor=new_flavor,
+            image_meta=image_meta,
+            migration=migration,
+            numa=numa,
+        )
+
+    def _destination(self, context, instance, new_flavor, cn, migration, move_type):
+        """The migration record with this node as its destination (nova's
+        fields and statuses), created if the caller had none."""
+        if migration is None:
+            migration = objects.Migration(context=context.elevated())
+            migration.old_instance_type_id = instance.flavor.id
+            migration.new_instance_type_id = new_flavor.id
+            migration.instance_uuid = instance.uuid
+            migration.source_compute = instance.host
+            migration.source_node = instance.node
+            migration.migration_type = move_type or (
+                "resize" if instance.flavor.id != new_flavor.id else "migration"
+            )
+            migration.status = "pre-migrating"
+            _set_destination(migration, self.host, cn, self.driver)
+            migration.create()
+            return migration
+        _set_destination(migration, self.host, cn, self.driver)
+        if not migration.is_live_migration:
+            migration.status = "pre-migrating"
+        migration.save()
+        return migration
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def drop_move_claim_at_source(self, context, instance, migration):
+        migration.status = "confirmed"
+        migration.save()
+        cn = self.compute_nodes.get(migration.source_node)
+        if cn is not None:
+            if not self._finish_and(cn, "confirm_move", migration.uuid):
+                # The agent learnt of the move at the destination only: for
+                # this node the instance simply left.
+                self._release(cn, instance.uuid)
+            self._write_node(cn)
+        instance.drop_migration_context()
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def drop_move_claim_at_dest(self, context, instance, migration):
+        migration.status = "reverted"
+        migration.save()
+        cn = self.compute_nodes.get(migration.dest_node)
+        if cn is not None:
+            self._step("revert_move", cn, migration.uuid)
+            self._write_node(cn)
+        instance.revert_migration_context()
+        instance.save(expected_task_state=[task_states.RESIZE_REVERTING])
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def drop_move_claim(self, context, instance, nodename, flavor=None, prefix="new_"):
+        cn = self.compute_nodes.get(nodename)
+        if cn is None:
+            return
+        status = self.link.call("get_status", node_uuid=cn.uuid)
+        for move in status.get("moves") or ():
+            if move["instance_uuid"] == instance.uuid and move["dest_node"] == cn.uuid:
+                self._step("revert_move", cn, move["migration_uuid"])
+        self._write_node(cn)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def finish_evacuation(self, instance, node, migration):
+        instance.apply_migration_context()
+        instance.host = self.host
+        instance.node = node
+        cn = self.compute_nodes.get(node) if node else None
+        instance.compute_id = cn.id if cn is not None else None
+        instance.save()
+        instance.drop_migration_context()
+        if migration:
+            migration.status = "done"
+            migration.save()
+            if cn is not None:
+                self._step("finish_move", cn, migration.uuid)
+                self._write_node(cn)
+
+    def _finish_and(self, cn, method, migration_uuid):
+        """finish_move then ``method`` on ``cn``; False if the agent has no
+        such move there."""
+        self._step("finish_move", cn, migration_uuid)
+        try:
+            result = self.link.call(method, migration_uuid=migration_uuid, node_uuid=cn.uuid)
+        except AgentRefused as exc:
+            LOG.warning("%s of %s on node %s refused: %s", method, migration_uuid, cn.uuid, exc)
+            return False
+        return bool((result or {}).get("applied"))
+
+    # -- Placement requests ComputeManager routes through the tracker --------
+
+    def delete_allocation_for_evacuated_instance(self, context, instance, node, node_type="source"):
+        cn_uuid = self.compute_nodes[node].uuid
+        if not self.reportclient.remove_provider_tree_from_instance_allocation(
+            context, instance.uuid, cn_uuid
+        ):
+            LOG.error(
+                "Failed to clean allocation of evacuated instance on the %s node %s",
+                node_type,
+                cn_uuid,
+                instance=instance,
+            )
+
+    def delete_allocation_for_shelve_offloaded_instance(self, context, instance):
+        self.reportclient.delete_allocation_for_instance(context, instance.uuid, force=True)
+
+    # -- PCI (not tracked by the agent yet) --------------------------------
+
+    def claim_pci_devices(self, context, pci_requests, instance_numa_topology=None):
+        if pci_requests is not None and pci_requests.requests:
+            raise exception.PciDeviceRequestFailed(requests=pci_requests.requests)
+        return []
+
+    def unclaim_pci_devices(self, context, pci_device, instance):
+        """No PCI device is ever claimed through this tracker yet."""
+
+    def allocate_pci_devices_for_instance(self, context, instance):
+        """No PCI device is ever claimed through this tracker yet."""
+
+    def free_pci_device_allocations_for_instance(self, context, instance):
+        """No PCI device is ever claimed through this tracker yet."""
+
+    def free_pci_device_claims_for_instance(self, context, instance):
+        """No PCI device is ever claimed through this tracker yet."""
+
+
+def tracker_class(make_link):
+    """A ResourceTracker class whose instances reach the agent through
+    ``make_link(host, virt_driver, reportclient)``: the class to put in
+    place of nova's."""
+    return type(
+        "ResourceTracker", (RtagentResourceTracker,), {"make_link": staticmethod(make_link)}
+    )
+
+
+def _my_ip():
+    from nova.conf import CONF
+
+    return CONF.my_ip
+
+
+def _initial_ratios():
+    from nova.conf import CONF
+
+    return {
+        "cpu_allocation_ratio": CONF.initial_cpu_allocation_ratio,
+        "ram_allocation_ratio": CONF.initial_ram_allocation_ratio,
+        "disk_allocation_ratio": CONF.initial_disk_allocation_ratio,
+    }
+
+
+def _migration(context, migration_uuid):
+    try:
+        return objects.Migration.get_by_uuid(context, migration_uuid)
+    except exception.MigrationNotFound:
+        return None
+
+
+def _set_destination(migration, host, cn, driver):
+    migration.dest_compute = host
+    migration.dest_node = cn.hypervisor_hostname
+    migration.dest_compute_id = cn.id
+    migration.dest_host = driver.get_host_ip_addr()
+
+
+def _source_node_uuid(context, instance, migration):
+    """The UUID of the node the instance moves from."""
+    if instance.compute_id is not None:
+        try:
+            return objects.ComputeNode.get_by_id(context, instance.compute_id).uuid
+        except exception.ComputeHostNotFound:
+            pass
+    return objects.ComputeNode.get_by_host_and_nodename(
+        context, migration.source_compute, migration.source_node
+    ).uuid
+
+
+def _requested_numa(flavor, image_meta, instance):
+    """The NUMA topology the new flavor and image ask for (unpinned: the
+    agent does not place NUMA guests yet), or None."""
+    if not image_meta:
+        image_meta = instance.image_meta
+    elif not isinstance(image_meta, objects.ImageMeta):
+        image_meta = objects.ImageMeta.from_dict(image_meta)
+    return hardware.numa_get_constraints(flavor, image_meta)

@@ -1,0 +1,106 @@
+"""Providers a host driver reports (nova's ``update_provider_tree``) in the
+desired tree: extra classes and traits on the root, children as the
+driver's, the agent's own classes left the agent's."""
+
+import dataclasses
+
+import pytest
+
+from rtagent.placement.desired import desired_tree, driver_providers
+from rtagent.placement.tree import Provider
+from rtagent.resources import DISK_GB, MEMORY_MB, VCPU, Inventory, frozen_map
+from rtagent.virt.host import ProviderFacts
+from tests.unit.helpers import HOST, make_tracker
+
+ROOT = "5b2b6f7e-0000-4000-8000-000000000001"
+CHILD = "5b2b6f7e-0000-4000-8000-000000000002"
+
+
+def record(total, **more):
+    return tuple(sorted({"total": total, "max_unit": total, **more}.items()))
+
+
+def root(**changes):
+    base = Provider(
+        uuid=ROOT,
+        name="node",
+        inventories=frozen_map({VCPU: Inventory(total=8, max_unit=8, allocation_ratio=4.0)}),
+        traits=frozenset({"COMPUTE_NODE"}),
+        managed_traits=frozenset({"COMPUTE_NODE"}),
+        managed_classes=frozenset({VCPU, MEMORY_MB, DISK_GB}),
+    )
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize(
+    ("reported", "classes", "traits", "children"),
+    [
+        ((), {VCPU}, {"COMPUTE_NODE"}, 0),
+        # the driver's figure for a class the agent derives is ignored
+        (
+            (ProviderFacts(ROOT, "node", None, ((VCPU, record(1000)),)),),
+            {VCPU},
+            {"COMPUTE_NODE"},
+            0,
+        ),
+        (
+            (
+                ProviderFacts(
+                    ROOT, "node", None, (("CUSTOM_MAGIC", record(5)),), frozenset({"CUSTOM_X"})
+                ),
+            ),
+            {VCPU, "CUSTOM_MAGIC"},
+            {"COMPUTE_NODE", "CUSTOM_X"},
+            0,
+        ),
+        (
+            (
+                ProviderFacts(ROOT, "node"),
+                ProviderFacts(CHILD, "node-child", ROOT, (("CUSTOM_MAGIC", record(2)),)),
+            ),
+            {VCPU},
+            {"COMPUTE_NODE"},
+            1,
+        ),
+    ],
+)
+def test_driver_providers(reported, classes, traits, children):
+    got_root, got_children = driver_providers(root(), reported)
+    assert set(got_root.inventories) == classes
+    assert got_root.traits == traits
+    assert got_root.inventories[VCPU].total == 8
+    assert len(got_children) == children
+    # what the driver adds is managed: a class or trait it stops reporting goes
+    assert set(got_root.managed_classes) >= classes
+    assert got_root.managed_traits >= traits
+
+
+def test_a_child_is_the_drivers_to_manage():
+    reported = (
+        ProviderFacts(
+            CHILD,
+            "node-child",
+            ROOT,
+            (("CUSTOM_MAGIC", record(2, reserved=1)),),
+            frozenset({"CUSTOM_T"}),
+        ),
+    )
+    _, (child,) = driver_providers(root(), reported)
+    assert child.parent_uuid == ROOT
+    assert child.inventories["CUSTOM_MAGIC"] == Inventory(total=2, reserved=1, max_unit=2)
+    assert child.managed_classes == {"CUSTOM_MAGIC"}
+    assert child.managed_traits == child.traits == {"CUSTOM_T"}
+
+
+def test_the_desired_tree_carries_the_host_views_providers(tmp_path):
+    tracker, _store = make_tracker(tmp_path)
+    view = dataclasses.replace(
+        HOST,
+        providers=(
+            ProviderFacts(CHILD, "child", tracker.node_uuid, (("CUSTOM_MAGIC", record(3)),)),
+        ),
+    )
+    snap = tracker.update_host(view)
+    tree = desired_tree(snap)
+    assert tree.get(CHILD).parent_uuid == tracker.node_uuid
+    assert next(p.uuid for p in tree) == tracker.node_uuid  # parents first

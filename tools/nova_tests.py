@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""nova 34.0.0's own functional tests, first as shipped (the baseline), then
+with rtagent as every compute service's resource tracker (make test-nova).
+
+Run with the python of ``.venv-nova`` (tools/setup-nova-env.sh). nova's
+tests are not changed: ``rtagent.nova.testhook`` puts rtagent's tracker in
+place when ``RTAGENT_NOVA_TRACKER`` is set, and guards nova's own.
+
+Every test that passes in the baseline must pass with rtagent, unless
+docs/nova.md lists it (with its reason) under "Exceptions"; a listed test
+that passes is reported, so the list cannot rot silently. Prints
+
+    nova_baseline_passed=N nova_with_rtagent_passed=N nova_with_rtagent_failed=N
+
+and exits 1 on any unlisted failure (or a run that ran nothing).
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(TOP, "docs", "nova.md")
+# The suites issue 14 names: moves, provider trees, the libvirt fakes'
+# evacuation, live migration, CPU traits and resource tracking, and the
+# regression tests about allocations, resizes, migrations, evacuations and
+# claims.
+SUITES = (
+    r"^nova\.tests\.functional\."
+    r"(test_servers\.ServerMovingTests"
+    r"|test_cold_migrate\."
+    r"|test_servers_provider_tree\."
+    r"|libvirt\.test_evacuate\."
+    r"|libvirt\.test_live_migration\."
+    r"|libvirt\.test_report_cpu_traits\."
+    r"|libvirt\.test_rt_servers\."
+    r"|regressions\.\S*(alloc|resiz|migrat|evacua|claim))"
+)
+# One class run again with the agent behind oslo.messaging RPC.
+RPC_SUITE = r"^nova\.tests\.functional\.test_servers\.ServerMovingTests\.test_(resize|migrate)"
+_EXCEPTION = re.compile(r"^\|\s*`(nova\.tests\.functional\.[\w.]+)`\s*\|")
+
+
+def exceptions():
+    """Test ids docs/nova.md lists as exceptions."""
+    with open(DOC) as f:
+        return {m.group(1) for m in map(_EXCEPTION.match, f) if m}
+
+
+def run(workdir, regex, mode, concurrency):
+    """{test id: status} of one stestr run; ``mode`` None is the baseline."""
+    env = dict(os.environ, OS_TEST_TIMEOUT="300")
+    env.pop("RTAGENT_NOVA_TRACKER", None)
+    if mode:
+        env["RTAGENT_NOVA_TRACKER"] = mode
+    stestr = [sys.executable, "-m", "stestr"]
+    subprocess.run(
+        [*stestr, "run", "--concurrency", str(concurrency), regex],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    stream = subprocess.run(
+        [*stestr, "last", "--subunit"], cwd=workdir, capture_output=True, check=True
+    ).stdout
+    return statuses(stream)
+
+
+def statuses(stream):
+    """{test id: 'success' | 'fail' | 'skip' | ...} from a subunit v2 stream."""
+    import io
+
+    import subunit
+    import testtools
+
+    found = {}
+
+    def record(test):
+        found[test["id"]] = test["status"]
+
+    result = testtools.StreamToDict(record)
+    result.startTestRun()
+    subunit.ByteStreamToStreamResult(io.BytesIO(stream)).run(result)
+    result.stopTestRun()
+    return found
+
+
+def prepare(workdir):
+    os.makedirs(workdir, exist_ok=True)
+    site = sysconfig.get_paths()["purelib"]
+    with open(os.path.join(workdir, ".stestr.conf"), "w") as f:
+        f.write(f"[DEFAULT]\ntest_path={site}/nova/tests/functional\ntop_dir={site}\n")
+    if not os.path.isdir(os.path.join(workdir, ".stestr")):
+        subprocess.run(
+            [sys.executable, "-m", "stestr", "init"], cwd=workdir, check=True, capture_output=True
+        )
+
+
+def compare(name, baseline, with_rtagent, listed):
+    """Print the figures of one comparison; the unlisted failures."""
+    passed = {t for t, s in baseline.items() if s == "success"}
+    ok = {t for t, s in with_rtagent.items() if s == "success"}
+    failed = sorted(passed - ok)
+    unlisted = [t for t in failed if t not in listed]
+    fixed = sorted(t for t in listed & ok if t in passed)
+    print(
+        f"{name}: nova_baseline_passed={len(passed)} nova_with_rtagent_passed={len(ok & passed)} "
+        f"nova_with_rtagent_failed={len(failed)} listed_exceptions={len(set(failed) & listed)} "
+        f"unlisted_failures={len(unlisted)}"
+    )
+    for test in unlisted:
+        print(f"  UNLISTED FAILURE {test} ({with_rtagent.get(test, 'not run')})")
+    for test in fixed:
+        print(f"  listed in docs/nova.md but passes now: {test}")
+    return unlisted, len(passed)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", default=os.path.join(TOP, ".nova-tests"))
+    parser.add_argument("--suites", default=SUITES, help="regex of test ids")
+    parser.add_argument("--rpc-suite", default=RPC_SUITE, help="regex; '' to skip")
+    parser.add_argument("--concurrency", type=int, default=2)
+    args = parser.parse_args()
+    prepare(args.workdir)
+    listed = exceptions()
+    baseline = run(args.workdir, args.suites, None, args.concurrency)
+    inprocess = run(args.workdir, args.suites, "inprocess", args.concurrency)
+    bad, ran = compare("inprocess", baseline, inprocess, listed)
+    if args.rpc_suite:
+        rpc_ids = {t for t in baseline if re.search(args.rpc_suite, t)}
+        over_rpc = run(args.workdir, args.rpc_suite, "rpc", args.concurrency)
+        rpc_bad, rpc_ran = compare(
+            "rpc", {t: s for t, s in baseline.items() if t in rpc_ids}, over_rpc, listed
+        )
+        bad += rpc_bad
+        ran = min(ran, rpc_ran)
+    verdict = "PASS" if not bad and ran else "FAIL"
+    print(
+        f"summary nova_baseline_passed={sum(s == 'success' for s in baseline.values())} "
+        f"nova_with_rtagent_passed={sum(s == 'success' for s in inprocess.values())} "
+        f"nova_with_rtagent_failed={sum(s == 'fail' for s in inprocess.values())} "
+        f"unlisted_failures={len(bad)} {verdict}"
+    )
+    return 0 if verdict == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
