@@ -41,12 +41,18 @@ class NovaHostDriver(HostDriver):
         self._local_node_uuid = local_node_uuid
         self._mutex = threading.Lock()
         self._resources = {}
+        # Every trait update_provider_tree ever put on a root: one it stops
+        # reporting is removed, as nova's tracker removes it.
+        self._reported_traits = set()
 
     @property
     def managed_traits(self):
-        # Every capability the driver can report, true or false: one that
-        # turns false is removed, and no other trait is touched.
-        return frozenset(self._capabilities())
+        # Every capability the driver can report, true or false, and every
+        # trait it has reported: one that turns false or is no longer
+        # reported is removed, and no other trait is touched.
+        with self._mutex:
+            reported = frozenset(self._reported_traits)
+        return frozenset(self._capabilities()) | reported
 
     def resources(self, nodename):
         """What ``get_available_resource`` returned for ``nodename`` at the
@@ -105,6 +111,9 @@ class NovaHostDriver(HostDriver):
         facts = []
         for uuid in tree.get_provider_uuids():
             data = tree.data(uuid)
+            if data.parent_uuid is None:
+                with self._mutex:
+                    self._reported_traits |= set(data.traits)
             facts.append(
                 ProviderFacts(
                     uuid=data.uuid,

@@ -21,6 +21,7 @@ Method names and signatures are nova's, so that code patching
 import collections
 import copy
 import logging
+import uuid as uuidlib
 
 from nova import exception, objects, utils
 from nova.compute import stats as compute_stats
@@ -29,6 +30,7 @@ from nova.compute import utils as compute_utils
 from nova.pci import request as pci_request
 from nova.virt import hardware
 
+from rtagent.exception import RtagentError
 from rtagent.nova import claims, computenode, requests
 from rtagent.nova.link import AgentRefused
 
@@ -47,6 +49,8 @@ _REFUSED = frozenset(
         "tracker.invalid_claim_request",
     }
 )
+# Namespace of the stand-in UUIDs of source nodes in another cell.
+_OTHER_CELL_NODES = uuidlib.UUID("6f1f3c52-5d0e-4c61-9a57-3c7f0e0b9a41")
 # Migration statuses after which the move is over.
 _DONE = frozenset({"confirmed", "done", "completed"})
 _UNDONE = frozenset({"reverted", "error", "failed", "cancelled"})
@@ -131,7 +135,12 @@ class RtagentResourceTracker:
 
             resources["uuid"] = virt_node.get_local_node_uuid()
         self._sync_disabled(context, resources["uuid"])
-        self.link.audit()
+        try:
+            self.link.audit()
+        except RtagentError as exc:
+            # nova's callers (and its tests) know this failure by this name.
+            LOG.error("Audit of node %s failed: %s", nodename, exc)
+            raise exception.ResourceProviderSyncFailed() from exc
         self._update_node(context, nodename, resources)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
@@ -172,7 +181,9 @@ class RtagentResourceTracker:
         """Make the agent's claims on ``cn`` what nova's database says:
         moves over are finished, confirmed or reverted; instances on the
         node without a claim are claimed (the first start beside an
-        existing nova-compute adopts its instances this way)."""
+        existing nova-compute adopts its instances this way); claims of
+        instances nova deleted or placed elsewhere are released (the agent
+        then heals their allocations on the node, as nova's tracker did)."""
         status = self.link.call("get_status", node_uuid=cn.uuid)
         moving = set()
         for move in status.get("moves") or ():
@@ -193,6 +204,11 @@ class RtagentResourceTracker:
             context, self.host, cn.hypervisor_hostname
         )
         moving |= {m.instance_uuid for m in in_progress}
+        here = {i.uuid for i in instances}
+        for uuid in set(status.get("instance_uuids") or ()) - here - moving:
+            if _gone_from(context, uuid, self.host, cn.hypervisor_hostname):
+                LOG.info("Instance %s is no longer on node %s: claim released", uuid, cn.uuid)
+                self._release(cn, uuid)
         for instance in instances:
             if instance.uuid in moving or vm_states.allow_resource_removal(
                 vm_state=instance.vm_state, task_state=instance.task_state
@@ -571,6 +587,22 @@ def _migration(context, migration_uuid):
         return None
 
 
+def _gone_from(context, instance_uuid, host, nodename):
+    """True if nova's database says the instance is not on ``host`` and
+    ``nodename`` (deleted, offloaded, elsewhere, or unknown)."""
+    try:
+        instance = objects.Instance.get_by_uuid(
+            context.elevated(read_deleted="yes"), instance_uuid, expected_attrs=[]
+        )
+    except exception.InstanceNotFound:
+        return True
+    if instance.deleted or vm_states.allow_resource_removal(
+        vm_state=instance.vm_state, task_state=instance.task_state
+    ):
+        return True
+    return (instance.host, instance.node) != (host, nodename)
+
+
 def _set_destination(migration, host, cn, driver):
     migration.dest_compute = host
     migration.dest_node = cn.hypervisor_hostname
@@ -579,15 +611,21 @@ def _set_destination(migration, host, cn, driver):
 
 
 def _source_node_uuid(context, instance, migration):
-    """The UUID of the node the instance moves from."""
-    if instance.compute_id is not None:
-        try:
-            return objects.ComputeNode.get_by_id(context, instance.compute_id).uuid
-        except exception.ComputeHostNotFound:
-            pass
-    return objects.ComputeNode.get_by_host_and_nodename(
-        context, migration.source_compute, migration.source_node
-    ).uuid
+    """The UUID of the node the instance moves from.
+
+    Looked up by host and node name: ``instance.compute_id`` is a row id of
+    the instance's own cell, which in a cross-cell move names a node of
+    another database. A source node in another cell is not in this one at
+    all; the destination only needs to know that the move comes from
+    elsewhere, so it gets a stable stand-in derived from the names.
+    """
+    try:
+        return objects.ComputeNode.get_by_host_and_nodename(
+            context, migration.source_compute, migration.source_node
+        ).uuid
+    except exception.ComputeHostNotFound:
+        name = f"{migration.source_compute}/{migration.source_node}"
+        return str(uuidlib.uuid5(_OTHER_CELL_NODES, name))
 
 
 def _requested_numa(flavor, image_meta, instance):

@@ -56,6 +56,9 @@ def node_status(snapshot, sync=None, now=None):
         "unavailable": snapshot.unavailable,
         "resources": resources,
         "instances": len(snapshot.instances),
+        # Which: a caller reconciling with its own records (nova's tracker
+        # adapter) needs them, not only their number.
+        "instance_uuids": sorted(snapshot.instances),
         "moves": [
             {
                 "migration_uuid": m.uuid,
