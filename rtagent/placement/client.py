@@ -206,6 +206,21 @@ class PlacementClient:
         body = self._request("PUT", f"/resource_providers/{rp_uuid}", body=payload)
         return body["generation"]
 
+    def delete_provider(self, rp_uuid):
+        """Delete a provider; True if it was there, False if already gone.
+
+        :raises PlacementRequestFailed: Placement refused (it has
+            allocations or children: ``placement.resource_provider.in_use``
+            or ``...cannot_delete_parent``).
+        """
+        try:
+            self._request("DELETE", f"/resource_providers/{rp_uuid}")
+        except errors.PlacementRequestFailed as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def put_inventories(self, rp_uuid, generation, inventories):
         """Replace all inventories; :returns: the new generation.
 

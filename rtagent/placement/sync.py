@@ -55,6 +55,12 @@ class ProviderSync:
         # Custom traits and classes known to exist in Placement (created by
         # us or seen on a provider): each costs one PUT, once per process.
         self._custom = set()
+        # Child providers of the last tree synced: the only providers this
+        # agent ever deletes, once a desired tree no longer has them (a
+        # driver stopped reporting them). Kept in memory: after a restart
+        # such a leftover stays (never someone else's provider deleted).
+        self._children = frozenset()
+        self._listed = {}
 
     @property
     def view(self):
@@ -144,7 +150,33 @@ class ProviderSync:
                 "Placement updated: %s",
                 "; ".join(changes.describe(op, before) for op in result.operations),
             )
+        self._retire(desired)
         return result
+
+    def _retire(self, desired):
+        """Delete the child providers an earlier desired tree had and this
+        one has not, children before parents. A provider Placement refuses
+        to delete (allocations still on it) is tried again next sync."""
+        wanted = {p.uuid for p in desired}
+        retired = [u for u in self._children if u not in wanted and u in self._listed]
+
+        def depth(uuid):
+            hops, parent = 0, self._listed[uuid].get("parent_provider_uuid")
+            while parent in self._listed and hops < len(self._listed):
+                hops, parent = hops + 1, self._listed[parent].get("parent_provider_uuid")
+            return hops
+
+        kept = set()
+        for uuid in sorted(retired, key=depth, reverse=True):
+            try:
+                self._client.delete_provider(uuid)
+            except errors.PlacementRequestFailed as exc:
+                LOG.warning("Provider %s, no longer desired, not deleted: %s", uuid, exc)
+                kept.add(uuid)
+                continue
+            LOG.info("Placement updated: deleted provider %s (no longer reported)", uuid)
+            self._view = self._view.without(uuid)
+        self._children = frozenset(p.uuid for p in desired if p.parent_uuid is not None) | kept
 
     def _apply_by_provider(self, root, ops, desired):
         """Apply ``ops`` provider by provider; :returns: conflicts retried.
@@ -193,7 +225,9 @@ class ProviderSync:
 
     def _refresh(self, root, desired):
         view = []
-        for entry in self._client.list_tree(root):
+        listing = self._client.list_tree(root)
+        self._listed = {entry["uuid"]: entry for entry in listing}
+        for entry in listing:
             uuid = entry["uuid"]
             if uuid not in desired:
                 # In our tree but not ours (e.g. another service's child
