@@ -54,24 +54,42 @@ def exceptions():
 
 
 def run(workdir, regex, mode, concurrency):
-    """{test id: status} of one stestr run; ``mode`` None is the baseline."""
+    """{test id: status} of one stestr run; ``mode`` None is the baseline.
+
+    Tests that fail are run once more, one at a time: nova's tests have
+    timing windows that a loaded 2-core machine sometimes hits, on stock
+    nova as with rtagent. A test that then passes counts as passed and is
+    named on a ``rerun_passed`` line, so a flaky one stays visible.
+    """
     env = dict(os.environ, OS_TEST_TIMEOUT="300")
     env.pop("RTAGENT_NOVA_TRACKER", None)
     if mode:
         env["RTAGENT_NOVA_TRACKER"] = mode
     stestr = [sys.executable, "-m", "stestr"]
-    subprocess.run(
-        [*stestr, "run", "--concurrency", str(concurrency), regex],
-        cwd=workdir,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
-    stream = subprocess.run(
-        [*stestr, "last", "--subunit"], cwd=workdir, capture_output=True, check=True
-    ).stdout
-    return statuses(stream)
+
+    def stestr_run(*args):
+        subprocess.run(
+            [*stestr, "run", *args],
+            cwd=workdir,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        stream = subprocess.run(
+            [*stestr, "last", "--subunit"], cwd=workdir, capture_output=True, check=True
+        ).stdout
+        return statuses(stream)
+
+    found = stestr_run("--concurrency", str(concurrency), regex)
+    failed = sorted(t for t, s in found.items() if s == "fail")
+    if failed:
+        again = stestr_run("--failing", "--concurrency", "1")
+        for test in failed:
+            if again.get(test) == "success":
+                print(f"{mode or 'baseline'}: rerun_passed {test}")
+                found[test] = "success"
+    return found
 
 
 def statuses(stream):

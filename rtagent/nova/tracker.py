@@ -19,19 +19,15 @@ Method names and signatures are nova's, so that code patching
 """
 
 import collections
-import copy
 import logging
-import uuid as uuidlib
 
 from nova import exception, objects, utils
 from nova.compute import stats as compute_stats
-from nova.compute import task_states, vm_states
+from nova.compute import task_states
 from nova.compute import utils as compute_utils
-from nova.pci import request as pci_request
-from nova.virt import hardware
 
 from rtagent.exception import RtagentError
-from rtagent.nova import claims, computenode, requests
+from rtagent.nova import claims, computenode, migrations, reconcile, requests
 from rtagent.nova.link import AgentRefused
 
 LOG = logging.getLogger(__name__)
@@ -49,11 +45,6 @@ _REFUSED = frozenset(
         "tracker.invalid_claim_request",
     }
 )
-# Namespace of the stand-in UUIDs of source nodes in another cell.
-_OTHER_CELL_NODES = uuidlib.UUID("6f1f3c52-5d0e-4c61-9a57-3c7f0e0b9a41")
-# Migration statuses after which the move is over.
-_DONE = frozenset({"confirmed", "done", "completed"})
-_UNDONE = frozenset({"reverted", "error", "failed", "cancelled"})
 
 
 class RtagentResourceTracker:
@@ -156,7 +147,7 @@ class RtagentResourceTracker:
             computenode.copy_driver_facts(cn, resources)
         if self.disabled(nodename):
             return
-        self._reconcile(context, cn)
+        reconcile.reconcile(self.link, context, self.host, cn, self._claim)
         self._write_node(cn)
 
     def _sync_disabled(self, context, node_uuid):
@@ -177,69 +168,10 @@ class RtagentResourceTracker:
             # A node the agent has not audited yet: the audit creates it,
             # and the next update sets its state.
 
-    def _reconcile(self, context, cn):
-        """Make the agent's claims on ``cn`` what nova's database says:
-        moves over are finished, confirmed or reverted; instances on the
-        node without a claim are claimed (the first start beside an
-        existing nova-compute adopts its instances this way); claims of
-        instances nova deleted or placed elsewhere are released (the agent
-        then heals their allocations on the node, as nova's tracker did)."""
-        status = self.link.call("get_status", node_uuid=cn.uuid)
-        moving = set()
-        for move in status.get("moves") or ():
-            migration = _migration(context, move["migration_uuid"])
-            state = migration.status if migration is not None else "error"
-            if state in _DONE or state == "finished":
-                self._step("finish_move", cn, move["migration_uuid"])
-            if state in _DONE:
-                self._step("confirm_move", cn, move["migration_uuid"])
-            elif state in _UNDONE:
-                self._step("revert_move", cn, move["migration_uuid"])
-            else:
-                moving.add(move["instance_uuid"])
-        instances = objects.InstanceList.get_by_host_and_node(
-            context, self.host, cn.hypervisor_hostname, expected_attrs=["flavor"]
-        )
-        in_progress = objects.MigrationList.get_in_progress_and_error(
-            context, self.host, cn.hypervisor_hostname
-        )
-        moving |= {m.instance_uuid for m in in_progress}
-        here = {i.uuid for i in instances}
-        for uuid in set(status.get("instance_uuids") or ()) - here - moving:
-            if _gone_from(context, uuid, self.host, cn.hypervisor_hostname):
-                LOG.info("Instance %s is no longer on node %s: claim released", uuid, cn.uuid)
-                self._release(cn, uuid)
-        for instance in instances:
-            if instance.uuid in moving or vm_states.allow_resource_removal(
-                vm_state=instance.vm_state, task_state=instance.task_state
-            ):
-                continue
-            try:
-                self._claim(context, instance, cn, None)
-            except AgentRefused as exc:
-                LOG.error(
-                    "Instance %s is on node %s in nova's database but the agent refuses "
-                    "its claim: %s",
-                    instance.uuid,
-                    cn.hypervisor_hostname,
-                    exc,
-                )
-
-    def _step(self, method, cn, migration_uuid):
-        try:
-            self.link.call(method, migration_uuid=migration_uuid, node_uuid=cn.uuid)
-        except AgentRefused as exc:
-            LOG.warning("%s of %s on node %s refused: %s", method, migration_uuid, cn.uuid, exc)
-
     def _write_node(self, cn):
         view = self.link.call("get_compute_node", node_uuid=cn.uuid)
         computenode.apply_view(cn, view)
         computenode.save_if_changed(cn)
-
-    def _refresh(self, nodename):
-        cn = self.compute_nodes.get(nodename)
-        if cn is not None:
-            self._write_node(cn)
 
     # -- instance claims ---------------------------------------------------
 
@@ -278,7 +210,7 @@ class RtagentResourceTracker:
     def abort_instance_claim(self, context, instance, nodename):
         cn = self.compute_nodes.get(nodename)
         if cn is not None:
-            self._release(cn, instance.uuid)
+            reconcile.release(self.link, cn, instance.uuid)
         instance.clear_numa_topology()
         instance.host = None
         instance.node = None
@@ -286,12 +218,6 @@ class RtagentResourceTracker:
         instance.save()
         if cn is not None:
             self._write_node(cn)
-
-    def _release(self, cn, instance_uuid):
-        try:
-            self.link.call("abort_instance_claim", node_uuid=cn.uuid, instance_uuid=instance_uuid)
-        except AgentRefused as exc:
-            LOG.warning("Releasing instance %s on %s: %s", instance_uuid, cn.uuid, exc)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def update_usage(self, context, instance, nodename):
@@ -387,7 +313,16 @@ class RtagentResourceTracker:
                 f"on unknown node {nodename} failed"
             )
         cn = self.compute_nodes[nodename]
-        migration = self._destination(context, instance, new_flavor, cn, migration, move_type)
+        migration = migrations.destination(
+            context,
+            instance,
+            new_flavor,
+            cn,
+            migration,
+            move_type=move_type,
+            host=self.host,
+            host_ip=self.driver.get_host_ip_addr(),
+        )
         try:
             self.link.call(
                 "start_move",
@@ -395,7 +330,7 @@ class RtagentResourceTracker:
                 migration_uuid=migration.uuid,
                 instance_uuid=instance.uuid,
                 migration_type=requests.move_type(migration),
-                source_node=_source_node_uuid(context, instance, migration),
+                source_node=migrations.source_node_uuid(context, migration),
                 dest_node=cn.uuid,
                 old_flavor=requests.flavor(instance.flavor),
                 new_flavor=requests.flavor(new_flavor),
@@ -404,21 +339,8 @@ class RtagentResourceTracker:
             )
         except AgentRefused as exc:
             raise exception.ComputeResourcesUnavailable(reason=exc.message) from exc
-        numa = _requested_numa(new_flavor, image_meta, instance)
-        new_requests = pci_request.get_pci_requests_from_flavor(new_flavor)
-        new_requests.instance_uuid = instance.uuid
-        instance.migration_context = objects.MigrationContext(
-            context=context,
-            instance_uuid=instance.uuid,
-            migration_id=migration.id,
-            old_numa_topology=instance.numa_topology,
-            new_numa_topology=numa,
-            old_pci_devices=copy.deepcopy(instance.pci_devices),
-            new_pci_devices=objects.PciDeviceList(objects=[]),
-            old_pci_requests=instance.pci_requests,
-            new_pci_requests=new_requests,
-            old_resources=instance.resources,
-            new_resources=None,
+        instance.migration_context, numa = migrations.migration_context(
+            context, instance, migration, new_flavor, image_meta
         )
         instance.save()
         self._write_node(cn)
@@ -433,39 +355,17 @@ class RtagentResourceTracker:
             numa=numa,
         )
 
-    def _destination(self, context, instance, new_flavor, cn, migration, move_type):
-        """The migration record with this node as its destination (nova's
-        fields and statuses), created if the caller had none."""
-        if migration is None:
-            migration = objects.Migration(context=context.elevated())
-            migration.old_instance_type_id = instance.flavor.id
-            migration.new_instance_type_id = new_flavor.id
-            migration.instance_uuid = instance.uuid
-            migration.source_compute = instance.host
-            migration.source_node = instance.node
-            migration.migration_type = move_type or (
-                "resize" if instance.flavor.id != new_flavor.id else "migration"
-            )
-            migration.status = "pre-migrating"
-            _set_destination(migration, self.host, cn, self.driver)
-            migration.create()
-            return migration
-        _set_destination(migration, self.host, cn, self.driver)
-        if not migration.is_live_migration:
-            migration.status = "pre-migrating"
-        migration.save()
-        return migration
-
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def drop_move_claim_at_source(self, context, instance, migration):
         migration.status = "confirmed"
         migration.save()
         cn = self.compute_nodes.get(migration.source_node)
         if cn is not None:
-            if not self._finish_and(cn, "confirm_move", migration.uuid):
+            reconcile.step(self.link, "finish_move", cn, migration.uuid)
+            if not reconcile.step(self.link, "confirm_move", cn, migration.uuid):
                 # The agent learnt of the move at the destination only: for
                 # this node the instance simply left.
-                self._release(cn, instance.uuid)
+                reconcile.release(self.link, cn, instance.uuid)
             self._write_node(cn)
         instance.drop_migration_context()
 
@@ -475,7 +375,7 @@ class RtagentResourceTracker:
         migration.save()
         cn = self.compute_nodes.get(migration.dest_node)
         if cn is not None:
-            self._step("revert_move", cn, migration.uuid)
+            reconcile.step(self.link, "revert_move", cn, migration.uuid)
             self._write_node(cn)
         instance.revert_migration_context()
         instance.save(expected_task_state=[task_states.RESIZE_REVERTING])
@@ -488,7 +388,7 @@ class RtagentResourceTracker:
         status = self.link.call("get_status", node_uuid=cn.uuid)
         for move in status.get("moves") or ():
             if move["instance_uuid"] == instance.uuid and move["dest_node"] == cn.uuid:
-                self._step("revert_move", cn, move["migration_uuid"])
+                reconcile.step(self.link, "revert_move", cn, move["migration_uuid"])
         self._write_node(cn)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
@@ -504,19 +404,8 @@ class RtagentResourceTracker:
             migration.status = "done"
             migration.save()
             if cn is not None:
-                self._step("finish_move", cn, migration.uuid)
+                reconcile.step(self.link, "finish_move", cn, migration.uuid)
                 self._write_node(cn)
-
-    def _finish_and(self, cn, method, migration_uuid):
-        """finish_move then ``method`` on ``cn``; False if the agent has no
-        such move there."""
-        self._step("finish_move", cn, migration_uuid)
-        try:
-            result = self.link.call(method, migration_uuid=migration_uuid, node_uuid=cn.uuid)
-        except AgentRefused as exc:
-            LOG.warning("%s of %s on node %s refused: %s", method, migration_uuid, cn.uuid, exc)
-            return False
-        return bool((result or {}).get("applied"))
 
     # -- Placement requests ComputeManager routes through the tracker --------
 
@@ -578,61 +467,3 @@ def _initial_ratios():
         "ram_allocation_ratio": CONF.initial_ram_allocation_ratio,
         "disk_allocation_ratio": CONF.initial_disk_allocation_ratio,
     }
-
-
-def _migration(context, migration_uuid):
-    try:
-        return objects.Migration.get_by_uuid(context, migration_uuid)
-    except exception.MigrationNotFound:
-        return None
-
-
-def _gone_from(context, instance_uuid, host, nodename):
-    """True if nova's database says the instance is not on ``host`` and
-    ``nodename`` (deleted, offloaded, elsewhere, or unknown)."""
-    try:
-        instance = objects.Instance.get_by_uuid(
-            context.elevated(read_deleted="yes"), instance_uuid, expected_attrs=[]
-        )
-    except exception.InstanceNotFound:
-        return True
-    if instance.deleted or vm_states.allow_resource_removal(
-        vm_state=instance.vm_state, task_state=instance.task_state
-    ):
-        return True
-    return (instance.host, instance.node) != (host, nodename)
-
-
-def _set_destination(migration, host, cn, driver):
-    migration.dest_compute = host
-    migration.dest_node = cn.hypervisor_hostname
-    migration.dest_compute_id = cn.id
-    migration.dest_host = driver.get_host_ip_addr()
-
-
-def _source_node_uuid(context, instance, migration):
-    """The UUID of the node the instance moves from.
-
-    Looked up by host and node name: ``instance.compute_id`` is a row id of
-    the instance's own cell, which in a cross-cell move names a node of
-    another database. A source node in another cell is not in this one at
-    all; the destination only needs to know that the move comes from
-    elsewhere, so it gets a stable stand-in derived from the names.
-    """
-    try:
-        return objects.ComputeNode.get_by_host_and_nodename(
-            context, migration.source_compute, migration.source_node
-        ).uuid
-    except exception.ComputeHostNotFound:
-        name = f"{migration.source_compute}/{migration.source_node}"
-        return str(uuidlib.uuid5(_OTHER_CELL_NODES, name))
-
-
-def _requested_numa(flavor, image_meta, instance):
-    """The NUMA topology the new flavor and image ask for (unpinned: the
-    agent does not place NUMA guests yet), or None."""
-    if not image_meta:
-        image_meta = instance.image_meta
-    elif not isinstance(image_meta, objects.ImageMeta):
-        image_meta = objects.ImageMeta.from_dict(image_meta)
-    return hardware.numa_get_constraints(flavor, image_meta)
