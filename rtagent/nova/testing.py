@@ -91,6 +91,11 @@ class RtagentTrackerFixture(fixtures.Fixture):
             self._links[host] = link
         return link
 
+    def link(self, host):
+        """The link of ``host``'s compute service (KeyError if none yet)."""
+        with self._mutex:
+            return self._links[host]
+
     def _close_all(self):
         with self._mutex:
             links, self._links = list(self._links.values()), {}

@@ -58,7 +58,7 @@ def node_status(snapshot, sync=None, now=None):
         "instances": len(snapshot.instances),
         # Which: a caller reconciling with its own records (nova's tracker
         # adapter) needs them, not only their number.
-        "instance_uuids": sorted(snapshot.instances),
+        "instance_uuids": [i.uuid for i in snapshot.instances],
         "moves": [
             {
                 "migration_uuid": m.uuid,
