@@ -23,6 +23,8 @@ import json
 import logging
 import threading
 
+import os_traits
+
 from rtagent.virt import errors
 from rtagent.virt.driver import HostDriver
 from rtagent.virt.host import HostView, ProviderFacts
@@ -131,7 +133,13 @@ class NovaHostDriver(HostDriver):
 
     def _capabilities(self):
         as_traits = getattr(self._driver, "capabilities_as_traits", None)
-        return dict(as_traits()) if as_traits is not None else {}
+        found = dict(as_traits()) if as_traits is not None else {}
+        if os_traits.COMPUTE_REMOTE_MANAGED_PORTS in found:
+            # nova grants it only while the host has remote-managed PCI
+            # devices, which the agent does not track yet (as the libvirt
+            # driver's capability_traits probe).
+            found[os_traits.COMPUTE_REMOTE_MANAGED_PORTS] = False
+        return found
 
 
 def view_of(nodename, res, traits=frozenset(), providers=()):

@@ -212,11 +212,19 @@ def gated_traits(libvirt_version, arch, has_domcaps_iommu=False):
     return found
 
 
+# Declared by nova's driver, but granted by nova only while the host has
+# remote-managed PCI devices (a SmartNIC's VFs); the agent does not track
+# PCI devices yet, so it never grants it (and removes it, being managed).
+NEEDS_REMOTE_MANAGED_DEVICES = "COMPUTE_REMOTE_MANAGED_PORTS"
+
+
 def driver_traits():
-    """The driver's own capabilities, as nova's libvirt driver declares them."""
+    """The driver's own capabilities, as nova's libvirt driver declares them
+    and nova grants them on a host without remote-managed PCI devices."""
     found = {}
     for trait, capability in DRIVER_CAPABILITIES.items():
-        _add(found, trait, f"driver capability {capability}")
+        if trait != NEEDS_REMOTE_MANAGED_DEVICES:
+            _add(found, trait, f"driver capability {capability}")
     return found
 
 
