@@ -96,7 +96,11 @@ class NovaHostDriver(HostDriver):
 
     def _providers(self, nodename, node_uuid):
         """What the driver's ``update_provider_tree`` reports for the node,
-        as :class:`ProviderFacts` (parents first); () if it cannot say."""
+        as :class:`ProviderFacts` (parents first).
+
+        :raises HostReadError: the driver failed or reported an inventory
+            without an integer total.
+        """
         if node_uuid is None or not hasattr(self._driver, "update_provider_tree"):
             return ()
         from nova.compute import provider_tree
@@ -106,13 +110,22 @@ class NovaHostDriver(HostDriver):
         try:
             self._driver.update_provider_tree(tree, nodename)
         except Exception as exc:
-            # A reshape request or a driver error: the standard inventories
-            # the agent derives still stand; the driver's extras wait.
-            LOG.warning("update_provider_tree of node %s failed: %s", nodename, exc)
-            return ()
+            # A reshape request (not performed by the agent) or a driver
+            # error: the whole reading fails, so nothing in Placement changes
+            # (a partial tree would retire the driver's child providers).
+            raise errors.HostReadError(
+                what=f"update_provider_tree of node {nodename}", reason=repr(exc)
+            ) from exc
         facts = []
         for uuid in tree.get_provider_uuids():
             data = tree.data(uuid)
+            for rc, record in data.inventory.items():
+                if not isinstance(record, dict) or not isinstance(record.get("total"), int):
+                    # Nothing of this reading reaches Placement.
+                    raise errors.HostReadError(
+                        what=f"update_provider_tree of node {nodename}",
+                        reason=f"provider {data.name}: inventory of {rc} has no integer total",
+                    )
             if data.parent_uuid is None:
                 with self._mutex:
                     self._reported_traits |= set(data.traits)
