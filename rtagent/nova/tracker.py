@@ -125,6 +125,9 @@ class RtagentResourceTracker:
             from nova.virt import node as virt_node
 
             resources["uuid"] = virt_node.get_local_node_uuid()
+        # The record first: virt drivers look it up while they describe
+        # their provider tree (nova's libvirt driver does).
+        self._record_node(context, nodename, resources)
         self._sync_disabled(context, resources["uuid"])
         try:
             self.link.audit()
@@ -132,10 +135,10 @@ class RtagentResourceTracker:
             # nova's callers (and its tests) know this failure by this name.
             LOG.error("Audit of node %s failed: %s", nodename, exc)
             raise exception.ResourceProviderSyncFailed() from exc
-        self._update_node(context, nodename, resources)
+        self._update_node(context, nodename)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _update_node(self, context, nodename, resources):
+    def _record_node(self, context, nodename, resources):
         cn = self.compute_nodes.get(nodename)
         if cn is None:
             service_id = self.service_ref.id if self.service_ref else None
@@ -145,7 +148,11 @@ class RtagentResourceTracker:
             self.compute_nodes[nodename] = cn
         else:
             computenode.copy_driver_facts(cn, resources)
-        if self.disabled(nodename):
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _update_node(self, context, nodename):
+        cn = self.compute_nodes.get(nodename)
+        if cn is None or self.disabled(nodename):
             return
         reconcile.reconcile(self.link, context, self.host, cn, self._claim)
         self._write_node(cn)
