@@ -58,6 +58,7 @@ Negative controls (each must MISS):
 """
 
 import argparse
+import contextlib
 import cProfile
 import logging
 import os
@@ -247,60 +248,93 @@ def top_functions(profile, count=3):
     return top
 
 
-def measure(n, before_tick, ticks):
-    measured = Measured(n)
-    consumers = [str(uuid.uuid4()) for _ in range(n)]
-    with tempfile.TemporaryDirectory(prefix="rtagent-bench-") as workdir:
+class Node:
+    """One N's agent, its Placement process and its libvirt test host."""
+
+    def __init__(self, stack, n, before_tick):
+        self.n = n
+        self.before_tick = before_tick
+        self.measured = Measured(n)
+        self.consumers = [str(uuid.uuid4()) for _ in range(n)]
+        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="rtagent-bench-"))
         path = os.path.join(workdir, "host.xml")
         with open(path, "w") as f:
-            f.write(host_xml(consumers))
+            f.write(host_xml(self.consumers))
         uri = f"test://{path}"
-        with PlacementServer() as placement:
-            api = placement.admin_adapter()
-            adapter = placement.admin_adapter()
-            counter = Counter()
-            agent = builder.build_agent(make_conf(workdir, uri), adapter=adapter, observer=counter)
-            conn = libvirt.open(uri)
-            try:
-                agent.audit()
-                node = agent.tracker.node_uuid
-                for c in consumers:
-                    agent.tracker.instance_claim(c, FLAVOR, project_id="bench")
-                schedule(api, node, consumers)
-                for _ in range(WARMUP):
-                    tick(agent, counter, before_tick)
-                snap = agent.tracker.snapshot()
-                if len(snap.instances) != n or snap.drift.untracked or snap.drift.missing:
-                    measured.void = "instances_not_tracked"
-                    return measured
-                # Interleaved, so that the baselines share the ticks' noise
-                # (other processes on the machine).
-                for _ in range(ticks):
-                    spent, reads, writes = tick(agent, counter, before_tick)
-                    measured.ticks.append(spent)
-                    measured.reads.append(reads)
-                    measured.writes.append(writes)
-                    measured.floor.append(libvirt_floor(conn))
-                    for _ in range(BARE_GETS_PER_TICK):
-                        measured.bare.append(bare_get(adapter, node))
-                if n in PROFILED:
-                    profile = cProfile.Profile(time.process_time)  # CPU, not waiting
-                    profile.enable()
-                    for _ in range(PROFILE_TICKS):
-                        tick(agent, counter, before_tick)
-                    profile.disable()
-                    measured.profile = top_functions(profile)
-                usages = api.get(f"/resource_providers/{node}/usages").json()["usages"]
-                if n and usages.get("VCPU") != n:
-                    measured.void = "allocations_missing"
-            finally:
-                conn.close()
-                agent.close()
-    if None in measured.bare:
-        measured.void = measured.void or "bare_get_failed"
-    if any(r != 1 for r in measured.reads) or any(measured.writes):
-        measured.void = measured.void or "tick_not_one_read"
-    return measured
+        placement = stack.enter_context(PlacementServer())
+        self.api = placement.admin_adapter()
+        self.adapter = placement.admin_adapter()
+        self.counter = Counter()
+        self.agent = builder.build_agent(
+            make_conf(workdir, uri), adapter=self.adapter, observer=self.counter
+        )
+        stack.callback(self.agent.close)
+        self.conn = libvirt.open(uri)
+        stack.callback(self.conn.close)
+        self.node = None
+
+    def start(self):
+        """Claims, the scheduler's allocations, warm-up; VOID if the node
+        does not track exactly its N instances."""
+        agent = self.agent
+        agent.audit()
+        self.node = agent.tracker.node_uuid
+        for c in self.consumers:
+            agent.tracker.instance_claim(c, FLAVOR, project_id="bench")
+        schedule(self.api, self.node, self.consumers)
+        for _ in range(WARMUP):
+            tick(agent, self.counter, self.before_tick)
+        snap = agent.tracker.snapshot()
+        if len(snap.instances) != self.n or snap.drift.untracked or snap.drift.missing:
+            self.measured.void = "instances_not_tracked"
+
+    def round(self):
+        """One steady tick, then its baselines: the libvirt floor and the
+        bare GETs, measured right after it."""
+        m = self.measured
+        spent, reads, writes = tick(self.agent, self.counter, self.before_tick)
+        m.ticks.append(spent)
+        m.reads.append(reads)
+        m.writes.append(writes)
+        m.floor.append(libvirt_floor(self.conn))
+        for _ in range(BARE_GETS_PER_TICK):
+            m.bare.append(bare_get(self.adapter, self.node))
+
+    def finish(self):
+        m = self.measured
+        if self.n in PROFILED:
+            profile = cProfile.Profile(time.process_time)  # CPU, not waiting
+            profile.enable()
+            for _ in range(PROFILE_TICKS):
+                tick(self.agent, self.counter, self.before_tick)
+            profile.disable()
+            m.profile = top_functions(profile)
+        usages = self.api.get(f"/resource_providers/{self.node}/usages").json()["usages"]
+        if self.n and usages.get("VCPU") != self.n:
+            m.void = m.void or "allocations_missing"
+        if None in m.bare:
+            m.void = m.void or "bare_get_failed"
+        if any(r != 1 for r in m.reads) or any(m.writes):
+            m.void = m.void or "tick_not_one_read"
+
+
+def measure_all(before_tick, ticks):
+    """{N: Measured} for every N of SIZES, their ticks interleaved round by
+    round: a stretch of slower machine (seen: the libvirt floor at N=1000
+    moving from 9 to 15 ms between runs) then falls on every N alike
+    instead of on whichever N was being measured, and the ratio between
+    N stays what the code makes it."""
+    with contextlib.ExitStack() as stack:
+        nodes = [Node(stack, n, before_tick) for n in SIZES]
+        for node in nodes:
+            node.start()
+        live = [node for node in nodes if not node.measured.void]
+        for _ in range(ticks):
+            for node in live:
+                node.round()
+        for node in live:
+            node.finish()
+        return {node.n: node.measured for node in nodes}
 
 
 def ms(seconds):
@@ -328,9 +362,8 @@ def main(argv=None):
     logging.basicConfig(level=logging.ERROR)
     libvirt.registerErrorHandler(lambda *_a: None, None)
 
-    results = {}
-    for n in SIZES:
-        m = results[n] = measure(n, before_tick, args.ticks)
+    results = measure_all(before_tick, args.ticks)
+    for n, m in results.items():
         if m.ticks:
             ticks = sorted(m.ticks)
             p90 = ticks[int(0.9 * (len(ticks) - 1))]
