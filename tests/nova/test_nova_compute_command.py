@@ -1,0 +1,292 @@
+"""``rtagent-nova-compute`` as production runs it: real processes side by
+side, as systemd would start them.
+
+A real RabbitMQ, a real Placement process, the rtagent daemon (``rtagent
+run``, libvirt test driver), nova-conductor over SQLite databases made by
+``nova-manage``, and ``rtagent-nova-compute`` (nova's compute service, its
+fake virt driver with a stable node identity). The compute service must
+register, find the agent over the broker, and write its ComputeNode record
+from the agent's view; Placement must hold only what the agent wrote.
+
+Run by ``make test-nova`` in .venv-nova.
+"""
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from rtagent.testing.placement_server import PlacementServer
+from rtagent.testing.rabbitmq import RabbitMQ, free_port, missing_requirements
+from tests.requirements import require
+
+BIN = os.path.dirname(sys.executable)
+HOST = "rtagent-nova-host"
+DEMO_URI = "test:///default"
+START_BOUND_S = 120
+
+
+def _command(name):
+    return os.path.join(BIN, name)
+
+
+class Service:
+    """One subprocess, its output in a log file; stopped by its PID."""
+
+    def __init__(self, name, argv, workdir):
+        self.name = name
+        self.log_path = os.path.join(workdir, f"{name}.log")
+        self._log = open(self.log_path, "ab")  # closed by stop()
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    def logs(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+
+def _wait(predicate, what, services, timeout=START_BOUND_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for service in services:
+            if service.proc.poll() is not None:
+                raise AssertionError(
+                    f"{service.name} exited {service.proc.returncode} while waiting for "
+                    f"{what}:\n{service.logs()[-4000:]}"
+                )
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    tails = "\n".join(f"--- {s.name}\n{s.logs()[-3000:]}" for s in services)
+    raise AssertionError(f"timed out waiting for {what}\n{tails}")
+
+
+def _agent_conf(workdir, broker, placement, health_port):
+    path = os.path.join(workdir, "rtagent.conf")
+    os.makedirs(os.path.join(workdir, "instances"), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(
+            f"""[DEFAULT]
+host = {HOST}
+state_path = {workdir}/agent-state
+transport_url = {broker.transport_url}
+cpu_allocation_ratio = 4.0
+reserved_host_memory_mb = 1024
+[libvirt]
+connection_uri = {DEMO_URI}
+instances_path = {workdir}/instances
+[placement]
+auth_type = admin_token
+endpoint = {placement.endpoint}
+token = admin
+[rtagent]
+audit_interval = 2
+[daemon]
+startup_delay = 0
+[health]
+port = {health_port}
+"""
+        )
+    return path
+
+
+def _nova_conf(workdir, broker, placement, agent_conf):
+    path = os.path.join(workdir, "nova.conf")
+    with open(path, "w") as f:
+        f.write(
+            f"""[DEFAULT]
+host = {HOST}
+state_path = {workdir}/nova-state
+transport_url = {broker.transport_url}
+compute_driver = fake.FakeDriverWithoutFakeNodes
+update_resources_interval = 2
+use_stderr = true
+[database]
+connection = sqlite:///{workdir}/nova.sqlite
+[api_database]
+connection = sqlite:///{workdir}/nova_api.sqlite
+[oslo_concurrency]
+lock_path = {workdir}/locks
+[placement]
+auth_type = admin_token
+endpoint = {placement.endpoint}
+token = admin
+[conductor]
+workers = 1
+[rtagent]
+agent_config_file = {agent_conf}
+rpc_timeout = 20
+"""
+        )
+    return path
+
+
+def _get_json(url):
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def _compute_node_row(db_path, uuid):
+    with sqlite3.connect(db_path) as db:
+        db.row_factory = sqlite3.Row
+        row = db.execute(
+            "SELECT * FROM compute_nodes WHERE uuid = ? AND deleted = 0", (uuid,)
+        ).fetchone()
+    return dict(row) if row is not None else None
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    # nova-manage and the services need short absolute paths of their own.
+    yield str(tmp_path)
+
+
+def test_wrong_agent_config_file_stops_the_service_on_one_line(workdir):
+    conf = os.path.join(workdir, "nova.conf")
+    missing = os.path.join(workdir, "no-such-rtagent.conf")
+    with open(conf, "w") as f:
+        f.write(f"[DEFAULT]\nstate_path = {workdir}\n[rtagent]\nagent_config_file = {missing}\n")
+    result = subprocess.run(
+        [_command("rtagent-nova-compute"), "--config-file", conf],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("rtagent-nova-compute: [rtagent] agent_config_file"), result.stderr
+    assert missing in last
+    assert "Traceback" not in result.stderr
+
+
+def test_nova_compute_runs_on_the_rtagent_daemon(workdir):
+    require(missing_requirements(), "RabbitMQ")
+    services = []
+    with RabbitMQ(os.path.join(workdir, "rabbit")) as broker, PlacementServer() as placement:
+        try:
+            health = free_port()
+            agent_conf = _agent_conf(workdir, broker, placement, health)
+            nova_conf = _nova_conf(workdir, broker, placement, agent_conf)
+            for what in ("api_db", "db"):
+                subprocess.run(
+                    [_command("nova-manage"), "--config-file", nova_conf, what, "sync"],
+                    check=True,
+                    capture_output=True,
+                    timeout=300,
+                )
+            agent = Service(
+                "rtagent", [_command("rtagent"), "--config-file", agent_conf, "run"], workdir
+            )
+            services.append(agent)
+            status = _wait(lambda: _status(health), "the agent's first audit", services, timeout=60)
+            node = status["nodes"][0]["node_uuid"]
+            # The node identity the two services share (docs/nova.md).
+            os.makedirs(os.path.join(workdir, "nova-state"), exist_ok=True)
+            with open(os.path.join(workdir, "nova-state", "compute_id"), "w") as f:
+                f.write(node)
+
+            services.append(
+                Service(
+                    "nova-conductor",
+                    [_command("nova-conductor"), "--config-file", nova_conf],
+                    workdir,
+                )
+            )
+            compute = Service(
+                "rtagent-nova-compute",
+                [_command("rtagent-nova-compute"), "--config-file", nova_conf],
+                workdir,
+            )
+            services.append(compute)
+            db = os.path.join(workdir, "nova.sqlite")
+            row = _wait(lambda: _compute_node_row(db, node), "nova's ComputeNode record", services)
+
+            view = _agent_view(agent_conf, node)
+            assert row["host"] == HOST
+            assert row["hypervisor_hostname"] == HOST
+            # The accounting is the agent's: its ratios and usage, not the
+            # fake driver's (1000 VCPU at nova's initial ratios).
+            for field in ("cpu_allocation_ratio", "vcpus_used", "memory_mb_used", "running_vms"):
+                assert row[field] == view[field], (field, row[field], view[field])
+            assert row["cpu_allocation_ratio"] == 4.0
+
+            providers = _get_json_admin(placement, "/resource_providers")["resource_providers"]
+            assert [p["uuid"] for p in providers] == [node]
+            inventory = _get_json_admin(placement, f"/resource_providers/{node}/inventories")
+            assert inventory["inventories"]["VCPU"]["allocation_ratio"] == 4.0
+            assert inventory["inventories"]["VCPU"]["total"] != 1000
+
+            # A second audit period goes through the same path.
+            calls_before = _rpc_calls(health, "get_compute_node")
+            _wait(
+                lambda: _rpc_calls(health, "get_compute_node") > calls_before,
+                "a second update of the record",
+                services,
+            )
+            logs = compute.logs()
+            assert "NovaTrackerUsed" not in logs
+            assert "Error updating resources" not in logs, logs[-4000:]
+            assert "Resource tracking by the rtagent daemon" in logs
+        finally:
+            for service in reversed(services):
+                service.stop()
+    shutil.rmtree(os.path.join(workdir, "rabbit"), ignore_errors=True)
+
+
+def _status(port):
+    try:
+        status = _get_json(f"http://127.0.0.1:{port}/status")
+    except OSError:
+        return None
+    nodes = status.get("nodes") or []
+    return status if nodes and nodes[0].get("node_uuid") else None
+
+
+def _rpc_calls(port, method):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("rtagent_rpc_calls_total{") and f'method="{method}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _agent_view(agent_conf, node):
+    """The agent's compute-node view, asked over the broker as any RPC
+    client would (docs/rpc-api.md)."""
+    from rtagent.nova.compute import agent_rpc_conf
+    from rtagent.rpc.client import AgentClient
+    from rtagent.rpc.transport import get_transport
+
+    transport = get_transport(agent_rpc_conf(agent_conf))
+    try:
+        reply = AgentClient(transport, HOST, timeout=20).call("get_compute_node", node_uuid=node)
+    finally:
+        transport.cleanup()
+    assert reply["ok"], reply
+    return reply["result"]
+
+
+def _get_json_admin(placement, path):
+    return placement.admin_adapter().get(path).json()
