@@ -32,6 +32,8 @@ class ServedLink(RpcLink):
         self._server.start()
         super().__init__(AgentClient(self._transport, host, timeout=60))
         self._local = local
+        # The served agent, for tests that look at it directly.
+        self.agent = local.agent
 
     def audit(self):
         self._local.audit()

@@ -33,10 +33,14 @@ from rtagent.nova.link import AgentRefused
 LOG = logging.getLogger(__name__)
 
 COMPUTE_RESOURCE_SEMAPHORE = "compute_resources"
-# Codes that mean "this node cannot take it": nova reschedules on them.
+# Codes that mean "this node cannot take it": nova's ComputeResourcesUnavailable,
+# on which nova reschedules a build and fails a move cleanly. Any other code
+# (a request the agent finds malformed, an internal error) stays AgentRefused,
+# an error in nova's log, not a quiet reschedule.
 _REFUSED = frozenset(
     {
         "tracker.compute_resources_unavailable",
+        "tracker.state_error",
         "tracker.node_not_found",
         "tracker.node_not_ready",
         "tracker.host_unavailable",
@@ -193,7 +197,9 @@ class RtagentResourceTracker:
         try:
             self._claim(context, instance, cn, limits)
         except AgentRefused as exc:
-            raise exception.ComputeResourcesUnavailable(reason=exc.message) from exc
+            if exc.code not in _REFUSED:
+                raise
+            raise _unavailable(exc) from exc
         instance.host = self.host
         instance.launched_on = self.host
         instance.node = cn.hypervisor_hostname
@@ -345,7 +351,9 @@ class RtagentResourceTracker:
                 limits=requests.limits(limits),
             )
         except AgentRefused as exc:
-            raise exception.ComputeResourcesUnavailable(reason=exc.message) from exc
+            if exc.code not in _REFUSED:
+                raise
+            raise _unavailable(exc) from exc
         instance.migration_context, numa = migrations.migration_context(
             context, instance, migration, new_flavor, image_meta
         )
@@ -458,6 +466,11 @@ def tracker_class(make_link):
     return type(
         "ResourceTracker", (RtagentResourceTracker,), {"make_link": staticmethod(make_link)}
     )
+
+
+def _unavailable(refusal):
+    """nova's exception for the agent's refusal of a claim (see _REFUSED)."""
+    return exception.ComputeResourcesUnavailable(reason=f"{refusal.code}: {refusal.message}")
 
 
 def _my_ip():
