@@ -17,7 +17,7 @@ from rtagent.placement.allocations import HealBudget
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.client import MICROVERSION, PlacementClient
 from rtagent.placement.retry import RetryPolicy
-from rtagent.placement.sync import ProviderSync
+from rtagent.placement.sync import ProviderSync, RememberedChildren
 from rtagent.publisher import NodePublisher
 from rtagent.resources import DISK_GB, MEMORY_MB, VCPU, frozen_map
 from rtagent.tracker import identity
@@ -27,6 +27,9 @@ from rtagent.tracker.store import Store
 from rtagent.tracker.tracker import Tracker
 
 LOG = logging.getLogger(__name__)
+
+# The tracker store's metadata key of a node's published child providers.
+PUBLISHED_CHILDREN_KEY = "placement_children:{node}"
 
 
 def _configured_ratio(conf, name):
@@ -186,9 +189,11 @@ def build_agent(
         new_backoff = make_backoff or SyncBackoff
 
         def make_publisher(node):
-            return NodePublisher(
-                node, ProviderSync(client, retry), new_backoff(), client, heal_budget=budget
+            children = RememberedChildren(
+                store.get_meta, store.set_meta, PUBLISHED_CHILDREN_KEY.format(node=node)
             )
+            sync = ProviderSync(client, retry, children=children)
+            return NodePublisher(node, sync, new_backoff(), client, heal_budget=budget)
 
     except BaseException:
         store.close()

@@ -70,7 +70,7 @@ class NodePublisher:
         try:
             outcome = self.sync.sync(desired)
             tracker.set_placement_ratios(self.sync.placement_ratios(self.node_uuid))
-            self._heal(tracker, desired)
+            self._heal(tracker, outcome.tree)
             self._check_unknown(tracker)
         except placement_errors.PlacementError as exc:
             self.backoff.record_failure(exc)

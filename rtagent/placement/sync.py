@@ -13,10 +13,12 @@ is retried under one :class:`~rtagent.placement.retry.RetryPolicy`.
 """
 
 import dataclasses
+import json
 import logging
 import random
 import time
 
+from rtagent.exception import RtagentError
 from rtagent.placement import changes, errors, reshape
 from rtagent.placement import diff as diffmod
 from rtagent.placement.retry import RetryPolicy
@@ -38,15 +40,52 @@ class SyncResult:
     attempts: int
     operations: tuple
     reshaped: tuple = ()
+    # The tree synced: the desired tree, with children known in Placement
+    # under another UUID kept under theirs (:meth:`ProviderSync._same_names`).
+    tree: object = None
+
+
+class RememberedChildren:
+    """Where a sync keeps the child providers it published, across restarts:
+    one key of a durable key-value store (the tracker store's metadata).
+
+    :param get: callable(key) -> str or None.
+    :param put: callable(key, str) that is durable on return.
+    """
+
+    def __init__(self, get, put, key):
+        self._get = get
+        self._put = put
+        self._key = key
+
+    def load(self):
+        raw = self._get(self._key)
+        return frozenset(json.loads(raw)) if raw else frozenset()
+
+    def save(self, uuids):
+        self._put(self._key, json.dumps(sorted(uuids)))
+
+
+class _Forgotten:
+    """Children remembered by the process alone (tests, tools)."""
+
+    def load(self):
+        return frozenset()
+
+    def save(self, uuids):
+        pass
 
 
 class ProviderSync:
     """Keeps Placement equal to the desired tree; holds the cached view.
 
     Not thread-safe: one sync at a time (the audit loop's thread).
+
+    :param children: a :class:`RememberedChildren` (or None: in memory only,
+        so a child dropped while the process was down stays).
     """
 
-    def __init__(self, client, policy=None, sleep=time.sleep, rng=random.random):
+    def __init__(self, client, policy=None, sleep=time.sleep, rng=random.random, children=None):
         self._client = client
         self._policy = policy or RetryPolicy()
         self._sleep = sleep
@@ -55,11 +94,12 @@ class ProviderSync:
         # Custom traits and classes known to exist in Placement (created by
         # us or seen on a provider): each costs one PUT, once per process.
         self._custom = set()
-        # Child providers of the last tree synced: the only providers this
-        # agent ever deletes, once a desired tree no longer has them (a
-        # driver stopped reporting them). Kept in memory: after a restart
-        # such a leftover stays (never someone else's provider deleted).
-        self._children = frozenset()
+        # Child providers this agent published: the only providers it ever
+        # deletes, once a desired tree no longer has them (a driver stopped
+        # reporting them), also when that happened while it was down.
+        # Someone else's provider is never among them.
+        self._remembered = children or _Forgotten()
+        self._children = self._remembered.load()
         self._listed = {}
 
     @property
@@ -81,7 +121,7 @@ class ProviderSync:
     def plan(self, desired):
         """What :meth:`sync` would write now, without writing: refresh the
         view (reads only) and diff. :returns: list of diff operations."""
-        self._refresh(_root_uuid(desired), desired)
+        desired = self._refresh(_root_uuid(desired), desired)
         return diffmod.diff(desired, self._view)
 
     def sync(self, desired):
@@ -95,11 +135,12 @@ class ProviderSync:
             ``InventoryInUse``); the view still matches Placement.
         """
         root = _root_uuid(desired)
-        computed_on = {}  # the view the last attempt's operations were computed on
+        reported = desired
+        computed_on = {}  # the view and tree of the last attempt's operations
 
         def attempt(number):
             cached = self._view
-            self._refresh(root, desired)
+            desired = computed_on["desired"] = self._refresh(root, reported)
             ops = diffmod.diff(desired, self._view)
             computed_on["view"] = self._view
             if LOG.isEnabledFor(logging.DEBUG):
@@ -119,7 +160,10 @@ class ProviderSync:
                 found = ()
                 retried = self._apply_by_provider(root, ops, desired)
             return SyncResult(
-                attempts=number + retried, operations=tuple(ops), reshaped=tuple(found)
+                attempts=number + retried,
+                operations=tuple(ops),
+                reshaped=tuple(found),
+                tree=desired,
             )
 
         def on_conflict(exc, number):
@@ -150,8 +194,36 @@ class ProviderSync:
                 "Placement updated: %s",
                 "; ".join(changes.describe(op, before) for op in result.operations),
             )
-        self._retire(desired)
+        self._retire(computed_on["desired"])
         return result
+
+    def _same_names(self, desired):
+        """``desired`` with each child provider this agent published before
+        under its UUID in Placement, where the tree reports it under a new
+        one: a provider name is unique in Placement, so the same name is the
+        same provider (nova's virt drivers, handed a fresh provider tree,
+        make up a UUID for each child). Allocations against it stay valid.
+        """
+        wanted = {p.uuid for p in desired}
+        ours = {
+            entry["name"]: uuid
+            for uuid, entry in self._listed.items()
+            if uuid in self._children and uuid not in wanted
+        }
+        same = {
+            p.uuid: ours[p.name]
+            for p in desired
+            if p.parent_uuid is not None and p.uuid not in self._listed and p.name in ours
+        }
+        if not same:
+            return desired
+        LOG.debug("Child providers reported under new UUIDs, kept as in Placement: %s", same)
+        return ProviderTree(
+            p.replace(
+                uuid=same.get(p.uuid, p.uuid), parent_uuid=same.get(p.parent_uuid, p.parent_uuid)
+            )
+            for p in desired
+        )
 
     def _retire(self, desired):
         """Delete the child providers an earlier desired tree had and this
@@ -176,7 +248,19 @@ class ProviderSync:
                 continue
             LOG.info("Placement updated: deleted provider %s (no longer reported)", uuid)
             self._view = self._view.without(uuid)
-        self._children = frozenset(p.uuid for p in desired if p.parent_uuid is not None) | kept
+        children = frozenset(p.uuid for p in desired if p.parent_uuid is not None) | kept
+        if children != self._children:
+            self._remember(children)
+        self._children = children
+
+    def _remember(self, children):
+        # Written only when the set changes: a steady sync writes nothing.
+        # A failed write loses only the memory of a child published since;
+        # Placement is already right.
+        try:
+            self._remembered.save(children)
+        except RtagentError as exc:
+            LOG.warning("Child providers %s not remembered across a restart: %s", children, exc)
 
     def _apply_by_provider(self, root, ops, desired):
         """Apply ``ops`` provider by provider; :returns: conflicts retried.
@@ -224,9 +308,15 @@ class ProviderSync:
         return retried
 
     def _refresh(self, root, desired):
+        """Read the tree's listing and each provider whose generation moved.
+
+        :returns: ``desired``, or the tree to sync in its place
+            (:meth:`_same_names`).
+        """
         view = []
         listing = self._client.list_tree(root)
         self._listed = {entry["uuid"]: entry for entry in listing}
+        desired = self._same_names(desired)
         for entry in listing:
             uuid = entry["uuid"]
             if uuid not in desired:
@@ -243,6 +333,7 @@ class ProviderSync:
             else:
                 view.append(self._read_provider(entry))
         self._view = ProviderTree(view)
+        return desired
 
     def _read_provider(self, entry):
         uuid = entry["uuid"]

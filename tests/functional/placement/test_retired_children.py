@@ -3,7 +3,8 @@ the agent removes only providers it put there itself (invariant 6)."""
 
 import pytest
 
-from rtagent.placement.sync import ProviderSync
+from rtagent.placement.errors import ProviderNameTaken
+from rtagent.placement.sync import ProviderSync, RememberedChildren
 from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.resources import Inventory, frozen_map
 from tests.functional.placement.conftest import get, make_provider, put_allocation
@@ -70,3 +71,90 @@ def test_a_provider_never_desired_is_never_deleted(client, operator):
     theirs = make_provider(operator, "someone-else", parent=ROOT)
     sync.sync(ProviderTree([root()]))
     assert theirs in in_tree(operator)
+
+
+class _Meta:
+    """The tracker store's metadata, as the builder hands it over: a dict
+    here, with the writes counted."""
+
+    def __init__(self):
+        self.values = {}
+        self.writes = 0
+
+    def get(self, key):
+        return self.values.get(key)
+
+    def put(self, key, value):
+        self.writes += 1
+        self.values[key] = value
+
+
+def remembered(meta):
+    return RememberedChildren(meta.get, meta.put, "placement_children:node")
+
+
+def test_a_child_dropped_while_the_agent_was_down_is_deleted_after_the_restart(client, operator):
+    meta = _Meta()
+    before = ProviderSync(client, children=remembered(meta))
+    before.sync(ProviderTree([root(), child(SEV, "node_sev"), child(GPU, "node_gpu", SEV)]))
+    theirs = make_provider(operator, "operator-child", parent=ROOT)
+
+    # A new process: the driver no longer reports either child.
+    after = ProviderSync(client, children=remembered(meta))
+    after.sync(ProviderTree([root()]))
+    assert in_tree(operator) == {ROOT, theirs}
+    assert remembered(meta).load() == frozenset()
+
+
+def test_the_memory_is_written_only_when_the_children_change(client, operator):
+    meta = _Meta()
+    sync = ProviderSync(client, children=remembered(meta))
+    tree = ProviderTree([root(), child(SEV, "node_sev")])
+    sync.sync(tree)
+    assert meta.writes == 1
+    assert remembered(meta).load() == {SEV}
+    for _ in range(3):
+        sync.sync(tree)
+    assert meta.writes == 1
+
+
+def test_a_provider_never_published_is_not_deleted_after_a_restart(client, operator):
+    meta = _Meta()
+    ProviderSync(client, children=remembered(meta)).sync(ProviderTree([root()]))
+    theirs = make_provider(operator, "someone-else", parent=ROOT)
+    ProviderSync(client, children=remembered(meta)).sync(ProviderTree([root()]))
+    assert theirs in in_tree(operator)
+
+
+SEV_AGAIN = "7c0ffee0-0000-4000-8000-000000000004"
+
+
+def test_a_child_reported_under_a_new_uuid_keeps_its_own_and_its_allocations(client, operator):
+    # nova's virt drivers, handed a fresh provider tree, make up a UUID for
+    # each child: the same name is the same provider.
+    meta = _Meta()
+    ProviderSync(client, children=remembered(meta)).sync(
+        ProviderTree([root(), child(SEV, "node_sev")])
+    )
+    consumer = "7c0ffee0-0000-4000-8000-0000000000ab"
+    put_allocation(operator, consumer, {SEV: {"CUSTOM_SLOT": 1}})
+
+    sync = ProviderSync(client, children=remembered(meta))  # a restart
+    for total in (4, 6, 6):  # twice the same: no write the second time
+        result = sync.sync(ProviderTree([root(), child(SEV_AGAIN, "node_sev", total=total)]))
+        assert in_tree(operator) == {ROOT, SEV}
+        assert [p.uuid for p in result.tree] == [ROOT, SEV]
+    assert result.operations == ()
+    inventory = get(operator, f"/resource_providers/{SEV}/inventories")["inventories"]
+    assert inventory["CUSTOM_SLOT"]["total"] == 6
+    assert get(operator, f"/allocations/{consumer}")["allocations"][SEV]
+    assert remembered(meta).load() == {SEV}
+
+
+def test_a_new_uuid_under_a_name_someone_else_has_is_not_taken_over(client, operator):
+    sync = ProviderSync(client)
+    sync.sync(ProviderTree([root()]))
+    theirs = make_provider(operator, "node_other", parent=ROOT)
+    with pytest.raises(ProviderNameTaken):
+        sync.sync(ProviderTree([root(), child(SEV, "node_other")]))
+    assert in_tree(operator) == {ROOT, theirs}
