@@ -17,4 +17,8 @@ imports this package, and this package imports nova only as a library.
   ComputeNode record from the agent's compute-node view).
 - :mod:`.guard`: nova's own ResourceTracker made unusable while this one is
   in place, so that whatever passes proves rtagent did the accounting.
+- :mod:`.compute`: ``rtagent-nova-compute``, nova's compute service with
+  this tracker in place, calling the rtagent daemon over RPC.
+- :mod:`.testing` and :mod:`.testhook`: the same put into nova's own
+  functional tests.
 """
