@@ -159,6 +159,7 @@ def uncache_traits():
         (capability_traits, "_defined"),
         (capability_traits, "managed_traits"),
         (cpu_traits, "_defined"),
+        (cpu_traits, "_arch_defined"),
         (cpu_traits, "managed_traits"),
         (libvirt_driver, "_managed_traits"),
     ):

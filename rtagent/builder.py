@@ -11,6 +11,7 @@ import uuid as uuidlib
 from keystoneauth1 import loading as ks_loading
 
 from rtagent.agent import Agent
+from rtagent.conf import default as default_conf
 from rtagent.conf import placement as placement_conf
 from rtagent.placement import provider_config
 from rtagent.placement.allocations import HealBudget
@@ -97,6 +98,7 @@ def libvirt_driver(conf, observer=None, on_change=None):
         conf.libvirt.instances_path,
         cpu_shared_set=conf.compute.cpu_shared_set,
         cpu_dedicated_set=conf.compute.cpu_dedicated_set,
+        cpu_metrics=default_conf.cpu_monitor_enabled(conf.compute_monitors),
         # libvirt's event loop must be registered before the first open;
         # lifecycle events then call on_change (an early audit).
         events=True,

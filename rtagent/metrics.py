@@ -12,11 +12,26 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from rtagent.placement.client import RequestObserver
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# nova's host CPU metric names -> the ``kind`` label of the host CPU families.
+_CPU_PERCENT_KINDS = {
+    "cpu.user.percent": "user",
+    "cpu.kernel.percent": "kernel",
+    "cpu.idle.percent": "idle",
+    "cpu.iowait.percent": "iowait",
+    "cpu.percent": "used",  # user + kernel + iowait
+}
+_CPU_TIME_KINDS = {
+    "cpu.user.time": "user",
+    "cpu.kernel.time": "kernel",
+    "cpu.idle.time": "idle",
+    "cpu.iowait.time": "iowait",
+}
 
 
 class Metrics:
@@ -158,6 +173,22 @@ class _StateCollector:
             "rtagent_released_consumers",
             "Instances that left the node whose allocations are not healed yet.",
         )
+        frequency = gauge(
+            "rtagent_host_cpu_frequency_mhz",
+            "Host CPU frequency in MHz at the last audit (nova's cpu.frequency; "
+            "absent unless [DEFAULT] compute_monitors is on).",
+        )
+        percent = gauge(
+            "rtagent_host_cpu_percent",
+            "Share of host CPU time by kind between the last two audits, integer "
+            "percent (nova's cpu.*percent; used = user + kernel + iowait).",
+            ["kind"],
+        )
+        cpu_time = CounterMetricFamily(
+            "rtagent_host_cpu_time_seconds",
+            "Host CPU time by kind since boot, all CPUs (nova's cpu.*.time).",
+            labels=[*labels, "kind"],
+        )
         hostnames = {}
         for tracker in self._trackers():
             snap = tracker.snapshot()
@@ -171,7 +202,16 @@ class _StateCollector:
             untracked.add_metric(ids, len(snap.drift.untracked) if snap.drift else 0)
             missing.add_metric(ids, len(snap.drift.missing) if snap.drift else 0)
             released.add_metric(ids, len(snap.released))
+            host_metrics = getattr(tracker, "host_metrics", tuple)
+            for metric in host_metrics():
+                if metric.name == "cpu.frequency":
+                    frequency.add_metric(ids, metric.value)
+                elif metric.name in _CPU_PERCENT_KINDS:
+                    percent.add_metric([*ids, _CPU_PERCENT_KINDS[metric.name]], metric.value)
+                elif metric.name in _CPU_TIME_KINDS:
+                    cpu_time.add_metric([*ids, _CPU_TIME_KINDS[metric.name]], metric.value / 1e9)
         yield from (capacity, used, instances, untracked, missing, released)
+        yield from (frequency, percent, cpu_time)
 
         state = self._sync_state()
 

@@ -1,4 +1,5 @@
-"""[DEFAULT]: node identity, reserved amounts and allocation ratios.
+"""[DEFAULT]: node identity, reserved amounts, allocation ratios and host
+metrics (compute_monitors).
 
 Names, meanings and defaults follow nova-compute's options of the same names,
 so an operator's existing values carry over unchanged.
@@ -100,7 +101,45 @@ ratio_opts = [
     _initial_ratio("initial_disk_allocation_ratio", "DISK_GB", 1.0),
 ]
 
-ALL_OPTS = node_opts + reserved_opts + ratio_opts
+# nova's one in-tree monitor, as nova's MonitorHandler spells it in full.
+CPU_MONITOR = "nova.compute.monitors.cpu.virt_driver"
+
+monitor_opts = [
+    cfg.ListOpt(
+        "compute_monitors",
+        default=[],
+        help="Monitors of host metrics (nova's option; a nova.conf's value carries "
+        "over). The one monitor is cpu.virt_driver (also spelt virt_driver or "
+        "nova.compute.monitors.cpu.virt_driver): CPU frequency, times and "
+        "percents from libvirt's node CPU stats, one more libvirt call per "
+        "audit, in the compute-node view's metrics (what nova's MetricsWeigher "
+        "reads), the rtagent.metrics.update notification and /metrics. Empty "
+        "(the default) turns metrics off. Any other name is a configuration "
+        "error. Applied at start-up.",
+    ),
+]
+
+ALL_OPTS = node_opts + reserved_opts + ratio_opts + monitor_opts
+
+
+def cpu_monitor_enabled(monitors):
+    """Tell whether ``[DEFAULT] compute_monitors`` turns the CPU metrics on.
+
+    Names are read as nova reads them: without a dot a name is in the
+    ``cpu`` namespace, and ``nova.compute.monitors.`` may be left out.
+
+    :param monitors: the option's value (a list of names).
+    :raises ValueError: a name that is not nova's ``cpu.virt_driver``.
+    """
+    enabled = False
+    for name in monitors or ():
+        full = name if "." in name else "cpu." + name
+        if not full.startswith("nova.compute.monitors."):
+            full = "nova.compute.monitors." + full
+        if full != CPU_MONITOR:
+            raise ValueError(f"unknown monitor {name!r}; the one monitor is cpu.virt_driver")
+        enabled = True
+    return enabled
 
 
 def register_opts(conf):

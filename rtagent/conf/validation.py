@@ -38,6 +38,10 @@ def validate(conf, uri_validator=None):
     ):
         for opt in opts:
             _read(conf, group, opt.dest)
+    try:
+        default.cpu_monitor_enabled(conf.compute_monitors)
+    except ValueError as exc:
+        raise ConfigError(group="DEFAULT", option="compute_monitors", reason=str(exc)) from exc
     # (A configured ratio of 0.0 means "unset", as in nova; see builder.py.)
     for name in ("initial_" + n for n in default.RATIO_OPTS):
         if conf[name] <= 0:

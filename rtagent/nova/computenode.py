@@ -15,6 +15,7 @@ import logging
 
 from nova import context as nova_context
 from nova import exception, objects
+from oslo_serialization import jsonutils
 
 LOG = logging.getLogger(__name__)
 
@@ -80,7 +81,8 @@ def copy_driver_facts(cn, resources):
 
 
 def apply_view(cn, view):
-    """Put the agent's accounting (usage, stats, effective ratios) on ``cn``.
+    """Put the agent's accounting (usage, stats, effective ratios) and host
+    metrics on ``cn``.
 
     :param view: the API's ``get_compute_node`` result.
     """
@@ -94,6 +96,28 @@ def apply_view(cn, view):
     stats = {str(k): str(v) for k, v in (view.get("stats") or {}).items()}
     if stats != (cn.stats if cn.obj_attr_is_set("stats") else None):
         cn.stats = stats
+    if "metrics" in view:  # an agent older than the field: leave them be
+        metrics = metrics_json(view["metrics"])
+        if metrics != (cn.metrics if cn.obj_attr_is_set("metrics") else None):
+            cn.metrics = metrics
+
+
+def metrics_json(metrics):
+    """``ComputeNode.metrics`` as nova's resource tracker writes it:
+    ``jsonutils.dumps(MonitorMetricList.to_list())``, ``"[]"`` for none (what
+    nova writes without compute_monitors). Keys in ``to_dict()``'s order, so
+    the string is the one nova would store."""
+    return jsonutils.dumps(
+        [
+            {
+                "name": m["name"],
+                "timestamp": m["timestamp"],
+                "source": m["source"],
+                "value": m["value"],
+            }
+            for m in metrics or ()
+        ]
+    )
 
 
 def save_if_changed(cn):

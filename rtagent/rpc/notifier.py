@@ -1,9 +1,12 @@
-"""Notifications for schedulers: the compute-node view when it changes, and
-instance info (what is on this host) when it changes and periodically.
+"""Notifications for schedulers: the compute-node view when it changes, host
+metrics when there is a new reading, and instance info (what is on this
+host) when it changes and periodically.
 
 Event types (payloads are plain JSON)::
 
     rtagent.compute_node.update   {"compute_node": <get_compute_node's result>}
+    rtagent.metrics.update        {"host", "host_ip", "nodename", "node_uuid",
+                                   "metrics": [...]}  (nova's compute.metrics.update)
     rtagent.instance_info.update  {"host", "node_uuid", "instance_uuids": [...]}
     rtagent.instance_info.sync    the same, sent every instance_info_interval
 
@@ -19,8 +22,10 @@ from rtagent.rpc import transport
 
 LOG = logging.getLogger(__name__)
 
-# Fields that change on every read and say nothing about the node.
-_VOLATILE = ("updated_at",)
+# Fields that change on every read and say nothing about the node's
+# resources. Host metrics change with every audit's reading; they have their
+# own event, so they alone do not resend the view.
+_VOLATILE = ("updated_at", "metrics")
 
 
 class Publisher:
@@ -39,6 +44,7 @@ class Publisher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._views = {}
+        self._metrics = {}
         self._instances = {}
         self._last_sync = None
         self._thread = None
@@ -89,6 +95,19 @@ class Publisher:
         if self._views.get(node) != stable:
             self._emit("rtagent.compute_node.update", {"compute_node": view})
             self._views[node] = stable
+        metrics = view.get("metrics")
+        if metrics and self._metrics.get(node) != metrics:
+            # Once per reading (each has its own timestamp), as nova sends
+            # compute.metrics.update once per audit; none while there are none.
+            payload = {
+                "host": self._host,
+                "host_ip": self._host_ip,
+                "nodename": view["hypervisor_hostname"],
+                "node_uuid": node,
+                "metrics": metrics,
+            }
+            self._emit("rtagent.metrics.update", payload)
+            self._metrics[node] = metrics
         uuids = sorted(i.uuid for i in snap.instances)
         if self._instances.get(node) != uuids or periodic:
             event = "rtagent.instance_info.update"

@@ -78,6 +78,10 @@ class Tracker:
         self._published = (None, None)
         # (domains, instances, migrations) the current drift was computed from.
         self._drift_inputs = None
+        # The last reading's host metrics (HostMetric values): not part of
+        # the state, since they change on every reading while the node's
+        # accounting does not. Replaced whole, read by reference.
+        self._host_metrics = ()
         LOG.info(
             "Tracker for node %s restored %d instance(s) and %d move(s)",
             node_uuid,
@@ -164,6 +168,7 @@ class Tracker:
 
         first = self._state.host is None
         self._update("update_host", None, read)
+        self._host_metrics = tuple(getattr(host, "metrics", ()))
         snap = self.snapshot()
         if first:
             for message in drift.restart_report(snap, self._count_untracked):
@@ -172,6 +177,7 @@ class Tracker:
 
     def mark_host_unavailable(self, reason):
         """The hypervisor cannot be read: refuse claims until it can."""
+        self._host_metrics = ()  # a metric is a reading of now; there is none
         self._update("host_unavailable", None, lambda state: state.replace(unavailable=str(reason)))
 
     def set_placement_ratios(self, ratios):
@@ -438,6 +444,12 @@ class Tracker:
         self._published = (state, snap)
         return snap
 
+    def host_metrics(self):
+        """The host metrics of the last reading (``HostMetric`` values, nova's
+        ``compute_monitors``); ``()`` when off, unavailable, or the host could
+        not be read. Never waits for the tracker lock."""
+        return self._host_metrics
+
     def compute_node_view(self, host_ip):
         """The compute-node dict a Nova scheduler reads (see :mod:`.view`)."""
-        return view.compute_node(self.snapshot(), host_ip)
+        return view.compute_node(self.snapshot(), host_ip, metrics=self._host_metrics)

@@ -11,11 +11,13 @@ import json
 from rtagent.resources import DISK_GB, MEMORY_MB, VCPU
 
 
-def compute_node(snapshot, host_ip, now=None):
+def compute_node(snapshot, host_ip, now=None, metrics=()):
     """The compute-node dict for ``snapshot``.
 
     :param host_ip: the node's IP address (``[DEFAULT] my_ip``).
     :param now: a timezone-aware datetime for ``updated_at`` (default: now).
+    :param metrics: the host's ``HostMetric`` values (the tracker's
+        ``host_metrics()``), listed as nova's ``MonitorMetricList.to_list()``.
     """
     host = snapshot.host
     policy = snapshot.policy
@@ -51,8 +53,16 @@ def compute_node(snapshot, host_ip, now=None):
         "disk_allocation_ratio": _ratio(invs, DISK_GB),
         "cpu_info": cpu_info(host),
         "supported_instances": [list(s) for s in getattr(host, "supported_instances", ())],
+        "metrics": metrics_list(metrics),
         "updated_at": updated,
     }
+
+
+def metrics_list(metrics):
+    """nova's ``MonitorMetricList.to_list()``: ``[{name, timestamp, source,
+    value}]``, what nova stores JSON-encoded in ``ComputeNode.metrics`` and
+    its MetricsWeigher reads (percents as fractions, 37 -> 0.37)."""
+    return [m.to_dict() for m in metrics]
 
 
 def cpu_info(host):

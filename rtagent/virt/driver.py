@@ -2,7 +2,9 @@
 
 A driver reads; it never changes the host. ``read_host`` is called outside the
 tracker lock, once per audit, and must cost the hypervisor a bounded number of
-calls whatever the number of domains.
+calls whatever the number of domains. Host metrics (nova's ``compute_monitors``)
+are read in the same pass and travel in ``HostView.metrics``; a driver without
+them leaves that empty.
 """
 
 import abc

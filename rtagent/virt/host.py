@@ -127,6 +127,51 @@ class ProviderFacts:
     traits: frozenset = frozenset()
 
 
+# nova's MonitorMetric names whose value is an integer percent (0..100) that
+# nova reports as a fraction (value / 100.0) in MonitorMetric.to_dict().
+PERCENT_METRICS = frozenset(
+    {
+        "cpu.user.percent",
+        "cpu.kernel.percent",
+        "cpu.idle.percent",
+        "cpu.iowait.percent",
+        "cpu.percent",
+    }
+)
+
+# nova's utils.strtime() (what jsonutils did to datetimes): naive UTC.
+METRIC_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostMetric:
+    """One host metric, as nova's ``MonitorMetric`` holds it.
+
+    :param name: nova's metric name, e.g. ``cpu.frequency``.
+    :param value: an integer: MHz for ``cpu.frequency``, nanoseconds for
+        ``cpu.*.time``, an integer percent (0..100) for ``cpu.*percent``.
+    :param timestamp: when it was read, a naive UTC ``datetime``.
+    :param source: what produced it (nova: the ``compute_driver``).
+    """
+
+    name: str
+    value: int
+    timestamp: object
+    source: str
+
+    def to_dict(self):
+        """nova's ``MonitorMetric.to_dict()``: what ``ComputeNode.metrics``
+        stores and the metrics notification carries. Percents are fractions
+        there (37 -> 0.37), the timestamp a string in nova's format."""
+        value = self.value / 100.0 if self.name in PERCENT_METRICS else self.value
+        return {
+            "name": self.name,
+            "timestamp": self.timestamp.strftime(METRIC_TIME_FORMAT),
+            "source": self.source,
+            "value": value,
+        }
+
+
 @dataclasses.dataclass(frozen=True)
 class HostView:
     """One reading of the host's resources.
@@ -166,6 +211,11 @@ class HostView:
     :param node_uuid: the node's UUID when the driver owns node identity
         (nova's virt drivers: the ComputeNode's UUID); None for libvirt,
         whose node is the agent's ``compute_id``.
+    :param metrics: :class:`HostMetric` values of this reading (nova's
+        ``compute_monitors``); ``()`` when off or unavailable. Left out of
+        comparisons: they change on every reading, and a reading that
+        differs only in them says nothing new about the node's resources
+        (the tracker keeps its state, snapshot and store as they are).
     """
 
     hypervisor_hostname: str
@@ -191,3 +241,4 @@ class HostView:
     libvirt_version: int = 0
     providers: tuple = ()
     node_uuid: str | None = None
+    metrics: tuple = dataclasses.field(default=(), compare=False)

@@ -46,7 +46,8 @@ def test_first_audit_publishes_what_the_host_and_config_imply(make_agent, make_c
     }
     assert all(inv["min_unit"] == 1 and inv["step_size"] == 1 for inv in invs.values())
     traits = get(operator, f"/resource_providers/{node}/traits")["traits"]
-    assert sorted(traits) == ["COMPUTE_NODE", "OWNER_NOVA"]
+    # HW_ARCH_I686: the test driver's host CPU arch, as nova reports it.
+    assert sorted(traits) == ["COMPUTE_NODE", "HW_ARCH_I686", "OWNER_NOVA"]
 
 
 def test_steady_state_costs_one_read_and_no_write(make_agent):
@@ -88,7 +89,7 @@ def test_conflict_from_another_writer_converges_and_keeps_its_trait(make_agent, 
     result = agent.audit()
     assert result.sync.attempts == 2
     traits = set(get(operator, f"/resource_providers/{node}/traits")["traits"])
-    assert traits == {"COMPUTE_NODE", "OWNER_NOVA", "CUSTOM_RACK_7"}
+    assert traits == {"COMPUTE_NODE", "HW_ARCH_I686", "OWNER_NOVA", "CUSTOM_RACK_7"}
     assert recorder.count("PUT") >= 3  # inventories, the conflicting traits, the retry
     # and the next tick sees nothing to do
     recorder.reset()

@@ -167,7 +167,9 @@ def test_placement_updated_lines_say_which_fields_and_traits_changed(
     # Creation: the traits added and every field of each new inventory.
     # The demo host's 4 guests have no claim: their 7 vCPUs are reserved as
     # 1 CPU at ratio 16.0, their 7168 MiB beside the configured 2048.
-    assert re.search(rf"SetTraits\({node}: \+COMPUTE_NODE \+OWNER_NOVA\)", logs), logs[-3000:]
+    assert re.search(rf"SetTraits\({node}: \+COMPUTE_NODE \+HW_ARCH_I686 \+OWNER_NOVA\)", logs), (
+        logs[-3000:]
+    )
     assert re.search(
         r"\+VCPU total=\d+ reserved=1 min_unit=1 max_unit=\d+ step_size=1 allocation_ratio=16\.0",
         logs,

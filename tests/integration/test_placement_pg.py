@@ -170,7 +170,14 @@ def test_four_writers_for_30_seconds_then_convergence(placement_pg, tmp_path):
         sync = agent.sync
 
         def desired():
-            return desired_tree(agent.tracker.snapshot(), children=(child,))
+            # As the agent builds it: the driver's traits (HW_ARCH_* of the
+            # demo host) among them.
+            return desired_tree(
+                agent.tracker.snapshot(),
+                driver_traits=agent.tracker.snapshot().host.traits,
+                managed_traits=agent.driver.managed_traits,
+                children=(child,),
+            )
 
         outcomes = collections.Counter()
         attempts = collections.Counter()

@@ -3,6 +3,7 @@
 # of the License at http://www.apache.org/licenses/LICENSE-2.0
 """The libvirt host driver: facts from libvirt and statvfs, through probes."""
 
+import datetime
 import functools
 import logging
 import os
@@ -17,6 +18,7 @@ from rtagent.virt.libvirt.probes import (
     capabilities,
     capability_traits,
     cpu,
+    cpu_stats,
     cpu_traits,
     cpusets,
     disk,
@@ -58,6 +60,11 @@ class LibvirtDriver(driver.HostDriver):
         told, on the calling thread, before every libvirt call this driver
         makes (readings, the open and its set-up, the close); tests use it
         to prove none is made under a tracker lock. None: no observer.
+    :param cpu_metrics: read the node's CPU stats on every reading (one
+        call) for nova's ``cpu.virt_driver`` metrics in ``HostView.metrics``
+        (``[DEFAULT] compute_monitors``). Where libvirt cannot give them,
+        the view has none; that is logged once, not an error.
+    :param utcnow: callable() -> naive UTC datetime, the metrics' timestamp.
     :raises rtagent.virt.errors.InvalidConnectionURI: ``uri`` is malformed.
     :raises rtagent.virt.errors.InvalidCPUSet: a CPU set does not parse.
 
@@ -82,6 +89,8 @@ class LibvirtDriver(driver.HostDriver):
         keepalive=(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT),
         clock=None,
         observer=None,
+        cpu_metrics=False,
+        utcnow=None,
     ):
         self.uri = validate_uri(uri)
         self.instances_path = instances_path
@@ -107,6 +116,12 @@ class LibvirtDriver(driver.HostDriver):
         # parse XML: a steady reading has the same inputs and reuses them.
         self._overcommit = (None, 0)
         self._capability_facts = (None, {})
+        self._cpu_metrics = cpu_metrics
+        self._utcnow = utcnow or _utcnow
+        # The last reading's CPU times (the base of the next percents), and
+        # why metrics are unavailable (logged when it changes, not per tick).
+        self._cpu_times = None
+        self._cpu_missing = None
         self.last_call_count = 0
         self.events_received = 0
 
@@ -128,7 +143,13 @@ class LibvirtDriver(driver.HostDriver):
         local_gb, local_gb_used = disk.disk_gb(st)
         calls = calls_mod.Calls(self._connection, self._observer)
         try:
-            found = facts.gather(calls, self._static, self._info_cache, self._hostdev_cache)
+            found = facts.gather(
+                calls,
+                self._static,
+                self._info_cache,
+                self._hostdev_cache,
+                cpu_stats=self._cpu_metrics,
+            )
         finally:
             self.last_call_count = calls.count
         self._static = found.static
@@ -148,10 +169,31 @@ class LibvirtDriver(driver.HostDriver):
             cpu_shared_set=shared,
             cpu_dedicated_set=dedicated,
             libvirt_version=found.static.libvirt_version,
+            metrics=self._metrics(found) if self._cpu_metrics else (),
             **hypervisor.hypervisor(found.hv_type, found.version, found.hostname),
         )
         view.update(self._capabilities(found))
         return host.HostView(**view)
+
+    def _metrics(self, found):
+        timestamp = self._utcnow()
+        times = cpu_stats.cpu_times(found.cpu_stats)
+        mhz = cpu_stats.frequency_mhz(found.info)
+        missing = found.cpu_stats_error
+        if missing is None and times is None:
+            missing = f"unexpected CPU stats {found.cpu_stats!r}"
+        elif missing is None and mhz is None:
+            missing = f"no CPU frequency in node info {found.info!r}"
+        if missing != self._cpu_missing:
+            if missing is not None:
+                LOG.info("No host CPU metrics from %s: %s", self.uri, missing)
+            else:
+                LOG.info("Host CPU metrics from %s available", self.uri)
+            self._cpu_missing = missing
+        if missing is not None:
+            return ()
+        previous, self._cpu_times = self._cpu_times, times
+        return cpu_stats.cpu_metrics(times, previous, mhz, timestamp)
 
     def _overcommitted(self, doms):
         # The domain probe returns the very same tuple while no domain changed.
@@ -162,8 +204,8 @@ class LibvirtDriver(driver.HostDriver):
     def _capabilities(self, found):
         # Parsing the capabilities XML and deriving traits from it costs about
         # 0.3 ms a reading; the answers change only with the host's CPU, the
-        # daemon or a reconnection. The result's values are immutable.
-        key = (found.capabilities, found.static)
+        # daemon, QEMU or a reconnection. The result's values are immutable.
+        key = (found.capabilities, found.static, found.version)
         if key != self._capability_facts[0]:
             self._capability_facts = (key, self._from_capabilities(found))
         return self._capability_facts[1]
@@ -186,14 +228,21 @@ class LibvirtDriver(driver.HostDriver):
                 for f in expanded.findall("feature")
                 if f.get("name") and f.get("policy", "require") in ("require", "force")
             )
+        cells = numa.cells(root)
         sources = cpu_traits.cpu_traits(host_cpu.arch, features)
+        sources.update(cpu_traits.hyperthreading_traits(cells))
+        sources.update(cpu_traits.arch_traits(host_cpu.arch))
         if found.static.domcaps:
             dom_traits = capability_traits.domcaps_traits(found.static.domcaps)
             sources.update(dom_traits)
             has_iommu = any(t.startswith("COMPUTE_VIOMMU_MODEL_") for t in dom_traits)
             sources.update(
                 capability_traits.gated_traits(
-                    found.static.libvirt_version, host_cpu.arch, has_iommu
+                    found.static.libvirt_version,
+                    host_cpu.arch,
+                    found.static.virt_type,
+                    found.version,
+                    has_iommu,
                 )
             )
             # The driver's own capabilities assume a QEMU/KVM host that
@@ -205,7 +254,7 @@ class LibvirtDriver(driver.HostDriver):
             "cpu_model": host_cpu.model,
             "cpu_vendor": host_cpu.vendor,
             "cpu_features": frozenset(features),
-            "numa_cells": numa.cells(root),
+            "numa_cells": cells,
             "supported_instances": capabilities.supported_instances(root),
             "traits": frozenset(sources),
             "trait_sources": tuple(sorted(sources.items())),
@@ -301,6 +350,11 @@ class LibvirtDriver(driver.HostDriver):
                 what="instances filesystem",
                 reason=f"statvfs({self.instances_path}) failed: {exc.strerror or exc}",
             ) from exc
+
+
+def _utcnow():
+    # nova's timeutils.utcnow(): naive UTC.
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
 
 
 @functools.cache

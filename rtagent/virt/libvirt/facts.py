@@ -5,7 +5,8 @@
 
 This is the only module that talks to libvirt for a reading; the probes turn
 what it returns into host values. With a driver that fills the requested
-stats groups (QEMU) a reading costs six calls whatever the number of domains.
+stats groups (QEMU) a reading costs six calls whatever the number of domains,
+one more with host metrics (``getCPUStats``).
 """
 
 import collections
@@ -13,6 +14,7 @@ import logging
 
 import libvirt
 
+from rtagent.virt import errors
 from rtagent.virt.libvirt import connection
 from rtagent.virt.libvirt.probes import capabilities, domains, hostdevs, xmlutil
 
@@ -38,7 +40,10 @@ HostFacts = collections.namedtuple(
         "domain_records",
         "capabilities",
         "static",
+        "cpu_stats",
+        "cpu_stats_error",
     ],
+    defaults=(None, None),
 )
 HostFacts.__doc__ = """Raw facts of one reading.
 
@@ -50,10 +55,15 @@ HostFacts.__doc__ = """Raw facts of one reading.
 :param domain_records: list of ``(uuid, name, stats, info or None)``.
 :param capabilities: ``conn.getCapabilities()`` XML, or None if unsupported.
 :param static: a :class:`StaticFacts` read once per connection.
+:param cpu_stats: ``conn.getCPUStats(ALL_CPUS)`` (nanoseconds), when asked
+    for and given; else None.
+:param cpu_stats_error: why they were asked for and not given (libvirt's
+    words), else None; the reading goes on without host metrics.
 """
 
+
 StaticFacts = collections.namedtuple(
-    "StaticFacts", ["opens", "libvirt_version", "domcaps", "expanded_cpu"]
+    "StaticFacts", ["opens", "libvirt_version", "domcaps", "expanded_cpu", "virt_type"]
 )
 StaticFacts.__doc__ = """Facts that do not change while a connection is open.
 
@@ -67,10 +77,13 @@ driver does not support them (the test driver).
 :param domcaps: ``getDomainCapabilities`` XML for the host arch and the
     domain type guests get, or None.
 :param expanded_cpu: ``baselineCPU([host cpu], EXPAND_FEATURES)`` XML, or None.
+:param virt_type: the domain type guests get on the host arch
+    (:func:`.probes.capabilities.virt_type`), which ``domcaps`` were asked
+    for; None without capabilities or guest support.
 """
 
 
-def gather(calls, static=None, info_cache=None, hostdev_cache=None):
+def gather(calls, static=None, info_cache=None, hostdev_cache=None, cpu_stats=False):
     """Read the host's raw facts through ``calls``.
 
     :param calls: a :class:`rtagent.virt.libvirt.calls.Calls`.
@@ -81,6 +94,8 @@ def gather(calls, static=None, info_cache=None, hostdev_cache=None):
     :param hostdev_cache: dict ``uuid -> host devices`` kept by the caller
         across readings and emptied on domain events: a domain's XML is
         read once when it appears, not on every audit. None: not read.
+    :param cpu_stats: also read the node's CPU stats (one call, for host
+        metrics); their failure never fails the reading.
     :returns: a :class:`HostFacts`.
     :raises rtagent.virt.errors.HypervisorUnavailable: the connection failed.
     :raises rtagent.virt.errors.HostReadError: a fact could not be read.
@@ -107,12 +122,31 @@ def gather(calls, static=None, info_cache=None, hostdev_cache=None):
         _domain_records(calls, stats, info_cache, hostdev_cache),
         caps,
         static,
+        *(_cpu_stats(calls, conn) if cpu_stats else (None, None)),
     )
+
+
+def _cpu_stats(calls, conn):
+    # Metrics are optional: any failure but a lost connection (which fails
+    # the reading anyway) leaves them out, as nova's monitor does.
+    try:
+        found = calls(
+            "node CPU stats",
+            conn.getCPUStats,
+            libvirt.VIR_NODE_CPU_STATS_ALL_CPUS,
+            0,
+            tolerate=connection.UNSUPPORTED,
+        )
+    except errors.HostReadError as exc:
+        return None, exc.kwargs.get("reason") or str(exc)
+    if found is None:
+        return None, "not supported by this libvirt driver"
+    return found, None
 
 
 def _static(calls, conn, caps):
     lib_version = calls("libvirt version", conn.getLibVersion, tolerate=connection.UNSUPPORTED)
-    domcaps = expanded = None
+    domcaps = expanded = vtype = None
     if caps is not None:
         root = xmlutil.parse(caps, "host capabilities")
         cpu = capabilities.host_cpu(root)
@@ -144,7 +178,7 @@ def _static(calls, conn, caps):
             libvirt.VIR_CONNECT_BASELINE_CPU_EXPAND_FEATURES,
             tolerate=connection.UNSUPPORTED | connection.OPTIONAL_FAILURES,
         )
-    return StaticFacts(calls.opens, lib_version or 0, domcaps, expanded)
+    return StaticFacts(calls.opens, lib_version or 0, domcaps, expanded, vtype)
 
 
 def _domain_records(calls, stats, info_cache, hostdev_cache=None):

@@ -193,3 +193,19 @@ def test_each_connection_to_a_file_host_has_private_state(tmp_path):
             driver.close()
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("uri", ["test:///default", DEMO_URI])
+def test_test_driver_host_gets_its_arch_trait_and_no_hyperthreading(tmp_path, uri):
+    # Both test hosts report <host><cpu><arch>i686</arch>; the default one has
+    # two NUMA cells of CPUs without siblings, the demo file none. No domain
+    # capabilities here, so no COMPUTE_* traits.
+    driver = LibvirtDriver(uri, str(tmp_path), statvfs=fixed_statvfs)
+    try:
+        view = driver.read_host()
+    finally:
+        driver.close()
+    assert view.cpu_arch == "i686"
+    assert view.traits == {"HW_ARCH_I686"}
+    assert dict(view.trait_sources) == {"HW_ARCH_I686": "host CPU arch 'i686'"}
+    assert {"HW_ARCH_I686", "HW_CPU_HYPERTHREADING"} <= driver.managed_traits

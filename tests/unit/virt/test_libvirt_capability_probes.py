@@ -140,7 +140,7 @@ def test_domcaps_vtpm_and_secure_boot_when_offered():
     [(9_000_000, False, False), (9_003_000, True, False), (10_004_000, True, True)],
 )
 def test_version_gated_tables(version, igb, virtio_sound):
-    found = capability_traits.gated_traits(version, "x86_64")
+    found = capability_traits.gated_traits(version, "x86_64", "kvm", 8_002_000)
     assert ("COMPUTE_NET_VIF_MODEL_IGB" in found) is igb
     assert ("COMPUTE_SOUND_MODEL_VIRTIO" in found) is virtio_sound
     assert "COMPUTE_NET_VIF_MODEL_VIRTIO" in found
@@ -149,7 +149,9 @@ def test_version_gated_tables(version, igb, virtio_sound):
 def test_managed_traits_cover_everything_that_can_be_granted():
     managed = capability_traits.managed_traits()
     assert set(capability_traits.driver_traits()) <= managed
-    assert set(capability_traits.gated_traits(99_000_000, "x86_64")) <= managed
+    for virt_type in capability_traits.VIF_MODELS:
+        granted = capability_traits.gated_traits(99_000_000, "x86_64", virt_type, 99_000_000)
+        assert set(granted) <= managed
     found = capability_traits.domcaps_traits((FIXTURES / "x86_64-domcaps-kvm.xml").read_text())
     assert set(found) <= managed
 
@@ -207,3 +209,176 @@ def test_remote_managed_ports_is_managed_but_never_granted():
     # tracks none yet, so it is removed if present and never added.
     assert "COMPUTE_REMOTE_MANAGED_PORTS" in capability_traits.managed_traits()
     assert "COMPUTE_REMOTE_MANAGED_PORTS" not in capability_traits.driver_traits()
+
+
+# -- what nova's libvirt driver derives beyond the CPU feature table ----------
+
+
+@pytest.mark.parametrize(
+    ("arch", "expected"),
+    [
+        ("x86_64", {"HW_ARCH_X86_64"}),
+        ("aarch64", {"HW_ARCH_AARCH64"}),
+        ("i686", {"HW_ARCH_I686"}),
+        ("ppc64le", {"HW_ARCH_PPC64LE"}),
+        ("s390x", {"HW_ARCH_S390X"}),
+        # nova upper-cases libvirt's name and maps nothing: os-traits has
+        # HW_ARCH_ARMV7, not HW_ARCH_ARMV7L, so no trait.
+        ("armv7l", set()),
+    ],
+)
+def test_arch_trait_is_libvirts_host_arch_upper_cased(arch, expected):
+    found = cpu_traits.arch_traits(arch)
+    assert set(found) == expected
+    assert all(reason == f"host CPU arch {arch!r}" for reason in found.values())
+
+
+def caps_with_cells(cells_xml):
+    return xmlutil.parse(
+        "<capabilities><host><cpu><arch>x86_64</arch></cpu>"
+        f"<topology><cells num='2'>{cells_xml}</cells></topology></host></capabilities>",
+        "t",
+    )
+
+
+def cell(cell_id, *cpus):
+    """``cpus``: ``(id, siblings)``; siblings None leaves the attribute out."""
+    body = "".join(
+        f"<cpu id='{i}' socket_id='0' core_id='{i}' siblings='{s}'/>"
+        if s is not None
+        else f"<cpu id='{i}'/>"
+        for i, s in cpus
+    )
+    return f"<cell id='{cell_id}'><cpus num='{len(cpus)}'>{body}</cpus></cell>"
+
+
+# Named host topologies: (capabilities root, the reason or None for no trait).
+HT_HOSTS = {
+    # The 'ht' CPU flag is set on this host but no CPU has a sibling: nova
+    # reads the sibling sets only, not the flag nor <topology threads>.
+    "x86_64 fixture, ht flag, no siblings": (lambda: load("x86_64-capabilities.xml"), None),
+    "aarch64 fixture, two cells": (lambda: load("aarch64-capabilities.xml"), None),
+    "two threads per core": (
+        lambda: caps_with_cells(cell(0, (0, "0,2"), (1, "1,3"), (2, "0,2"), (3, "1,3"))),
+        "CPU 0 has siblings 0,2",
+    ),
+    "SMT in the second cell only": (
+        lambda: caps_with_cells(cell(0, (0, "0"), (1, "1")) + cell(1, (2, "2-3"), (3, "2-3"))),
+        "CPU 2 has siblings 2,3",
+    ),
+    "offline CPU without topology": (lambda: caps_with_cells(cell(0, (0, "0"), (1, None))), None),
+    "no NUMA topology": (
+        lambda: xmlutil.parse(
+            "<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>", "t"
+        ),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HT_HOSTS))
+def test_hyperthreading_from_the_numa_sibling_sets(name):
+    root, reason = HT_HOSTS[name][0](), HT_HOSTS[name][1]
+    found = cpu_traits.hyperthreading_traits(numa.cells(root))
+    expected = {} if reason is None else {"HW_CPU_HYPERTHREADING": reason}
+    assert found == expected
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_hyperthreading_and_arch_traits_are_managed(arch):
+    # Managed: removed from the provider when the host stops having them,
+    # as nova sets HW_CPU_HYPERTHREADING to False.
+    managed = cpu_traits.managed_traits(arch)
+    assert "HW_CPU_HYPERTHREADING" in managed
+    assert {"HW_ARCH_X86_64", "HW_ARCH_AARCH64"} <= managed
+    assert set(os_traits.get_traits("HW_ARCH_")) <= managed
+
+
+@pytest.mark.parametrize(
+    ("feature", "traits"),
+    [
+        # nova's CPU_TRAITS_MAPPING keeps the old generic traits and adds the
+        # vendor-specific ones; both are reported.
+        ("svm", {"HW_CPU_X86_SVM", "HW_CPU_X86_AMD_SVM"}),
+        ("vmx", {"HW_CPU_X86_VMX", "HW_CPU_X86_INTEL_VMX"}),
+    ],
+)
+def test_virtualisation_features_give_the_generic_and_the_vendor_trait(feature, traits):
+    found = cpu_traits.cpu_traits("x86_64", {feature})
+    assert set(found) == traits
+    assert all(reason == f"CPU feature {feature!r}" for reason in found.values())
+    assert traits <= cpu_traits.managed_traits("x86_64")
+
+
+# nova's SUPPORTED_VIF_MODELS (nova/virt/libvirt/vif.py), nova 34.0.0.
+NOVA_VIF_MODELS = {
+    "qemu": {
+        "VIRTIO",
+        "NE2K_PCI",
+        "PCNET",
+        "RTL8139",
+        "E1000",
+        "E1000E",
+        "LAN9118",
+        "SPAPR_VLAN",
+        "VMXNET3",
+        "IGB",
+    },
+    "kvm": {
+        "VIRTIO",
+        "NE2K_PCI",
+        "PCNET",
+        "RTL8139",
+        "E1000",
+        "E1000E",
+        "SPAPR_VLAN",
+        "VMXNET3",
+        "IGB",
+    },
+}
+NEW = (10_004_000, 8_002_000)  # libvirt, QEMU: every gated row applies
+
+
+@pytest.mark.parametrize("virt_type", ["kvm", "qemu", "test"])
+def test_vif_models_follow_the_domain_type(virt_type):
+    found = capability_traits.gated_traits(NEW[0], "x86_64", virt_type, NEW[1])
+    vif = {t.removeprefix("COMPUTE_NET_VIF_MODEL_") for t in found if "_VIF_MODEL_" in t}
+    assert vif == NOVA_VIF_MODELS.get(virt_type, set())
+    # Every model of any domain type is managed: LAN9118 is removed on KVM.
+    managed = capability_traits.managed_traits()
+    assert {f"COMPUTE_NET_VIF_MODEL_{m}" for m in NOVA_VIF_MODELS["qemu"]} <= managed
+
+
+@pytest.mark.parametrize(
+    ("libvirt_version", "qemu_version", "igb", "virtio_sound"),
+    [
+        (9_003_000, 7_002_000, False, False),  # nova also needs QEMU 8.0.0 for IGB
+        (9_003_000, 8_000_000, True, False),
+        (10_004_000, 8_001_000, True, False),  # and QEMU 8.2.0 for virtio sound
+        (10_004_000, 8_002_000, True, True),
+        (10_003_000, 9_000_000, True, False),
+    ],
+)
+def test_qemu_version_gates_as_nova(libvirt_version, qemu_version, igb, virtio_sound):
+    found = capability_traits.gated_traits(libvirt_version, "x86_64", "kvm", qemu_version)
+    assert ("COMPUTE_NET_VIF_MODEL_IGB" in found) is igb
+    assert ("COMPUTE_SOUND_MODEL_VIRTIO" in found) is virtio_sound
+
+
+def test_viommu_auto_when_domain_capabilities_list_the_models():
+    # libvirt versions whose domain capabilities have <iommu> skip the static
+    # vIOMMU table; 'auto' must still come with the models they list.
+    xml = """<domainCapabilities><domain>kvm</domain><arch>x86_64</arch>
+      <devices><iommu supported='yes'><enum name='model'>
+        <value>intel</value><value>virtio</value></enum></iommu></devices>
+      </domainCapabilities>"""
+    found = capability_traits.domcaps_traits(xml)
+    found.update(
+        capability_traits.gated_traits(NEW[0], "x86_64", "kvm", NEW[1], has_domcaps_iommu=True)
+    )
+    viommu = {t for t in found if t.startswith("COMPUTE_VIOMMU_MODEL_")}
+    assert viommu == {
+        "COMPUTE_VIOMMU_MODEL_INTEL",
+        "COMPUTE_VIOMMU_MODEL_VIRTIO",
+        "COMPUTE_VIOMMU_MODEL_AUTO",
+    }

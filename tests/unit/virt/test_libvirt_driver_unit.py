@@ -368,3 +368,71 @@ def test_invalid_uri_is_refused_at_construction():
 )
 def test_is_connection_error(code, alive, expected):
     assert connection.is_connection_error(code, alive) is expected
+
+
+# -- traits nova's libvirt driver reports, read through the driver -------------
+
+SMT_CAPS = CAPS.replace("siblings='0'", "siblings='0-1'").replace("siblings='1'", "siblings='0-1'")
+QEMU_ONLY_CAPS = CAPS.replace("<domain type='kvm'/>", "")
+QEMU_DOMCAPS = (FIXTURES / "x86_64-domcaps-qemu.xml").read_text()
+
+
+class HostConn(FakeConn):
+    """A FakeConn with another host: capabilities, versions, domain type."""
+
+    def __init__(self, caps=CAPS, lib_version=9000000, qemu_version=7002022, virt_type="kvm"):
+        super().__init__()
+        self.caps, self.lib_version, self.qemu_version = caps, lib_version, qemu_version
+        self.virt_type = virt_type
+
+    def getCapabilities(self):
+        return self._answer("getCapabilities", self.caps)
+
+    def getLibVersion(self):
+        return self._answer("getLibVersion", self.lib_version)
+
+    def getVersion(self):
+        return self._answer("getVersion", self.qemu_version)
+
+    def getDomainCapabilities(self, emulator, arch, machine, virttype, flags):
+        assert (arch, virttype) == ("x86_64", self.virt_type)
+        return self._answer("getDomainCapabilities", DOMCAPS if virttype == "kvm" else QEMU_DOMCAPS)
+
+
+def traits_of(conn):
+    driver, _ = make_driver(conn)
+    view = driver.read_host()
+    return view.traits, dict(view.trait_sources), driver.managed_traits
+
+
+def test_arch_trait_from_the_host_cpu_arch():
+    traits, sources, managed = traits_of(HostConn())
+    assert "HW_ARCH_X86_64" in traits
+    assert sources["HW_ARCH_X86_64"] == "host CPU arch 'x86_64'"
+    assert "HW_ARCH_X86_64" in managed
+
+
+@pytest.mark.parametrize(("caps", "expected"), [(CAPS, False), (SMT_CAPS, True)])
+def test_hyperthreading_trait_from_the_sibling_sets(caps, expected):
+    traits, sources, managed = traits_of(HostConn(caps=caps))
+    assert ("HW_CPU_HYPERTHREADING" in traits) is expected
+    if expected:
+        assert sources["HW_CPU_HYPERTHREADING"] == "CPU 0 has siblings 0,1"
+    # Managed either way: a host that loses SMT (nosmt) has it removed.
+    assert "HW_CPU_HYPERTHREADING" in managed
+
+
+@pytest.mark.parametrize(
+    ("caps", "virt_type", "lan9118"), [(CAPS, "kvm", False), (QEMU_ONLY_CAPS, "qemu", True)]
+)
+def test_vif_models_follow_the_domain_type(caps, virt_type, lan9118):
+    traits, sources, managed = traits_of(HostConn(caps=caps, virt_type=virt_type))
+    assert ("COMPUTE_NET_VIF_MODEL_LAN9118" in traits) is lan9118
+    assert "COMPUTE_NET_VIF_MODEL_LAN9118" in managed
+    assert f"for {virt_type}" in sources["COMPUTE_NET_VIF_MODEL_VIRTIO"]
+
+
+@pytest.mark.parametrize(("qemu_version", "igb"), [(7002022, False), (8000000, True)])
+def test_igb_needs_libvirt_9_3_and_qemu_8_0(qemu_version, igb):
+    traits, _, _ = traits_of(HostConn(lib_version=9003000, qemu_version=qemu_version))
+    assert ("COMPUTE_NET_VIF_MODEL_IGB" in traits) is igb

@@ -8,8 +8,9 @@ Three sources, as in nova's libvirt driver:
 1. the domain capabilities XML (``getDomainCapabilities`` for the host arch
    and the domain type guests get): storage buses, graphics models,
    firmware and secure boot, vTPM, virtio-fs, vIOMMU models, arch;
-2. static tables gated by the daemon's libvirt version, for what domain
-   capabilities do not list (VIF models, sound models, packed virtqueues,
+2. static tables gated by the daemon's libvirt version (and, where nova
+   also asks for one, the QEMU version), for what domain capabilities do
+   not list (VIF models per domain type, sound models, packed virtqueues,
    ...);
 3. the driver's own capabilities: what nova's libvirt driver declares it can
    do (image types, device tagging, volume multi-attach/extend, trusted
@@ -35,12 +36,10 @@ def _fmt(version):
     return f"{version // 1_000_000}.{version // 1_000 % 1_000}.{version % 1_000}"
 
 
-# (trait, minimum libvirt version, arches or None for all). nova's
-# SUPPORTED_VIF_MODELS for kvm/qemu, with IGB from libvirt 9.3.0.
-VIF_MODELS = (
+# Tables: (trait, minimum libvirt version, arches or None for all).
+_KVM_VIF_MODELS = (
     ("COMPUTE_NET_VIF_MODEL_E1000", 0, None),
     ("COMPUTE_NET_VIF_MODEL_E1000E", 0, None),
-    ("COMPUTE_NET_VIF_MODEL_LAN9118", 0, None),
     ("COMPUTE_NET_VIF_MODEL_NE2K_PCI", 0, None),
     ("COMPUTE_NET_VIF_MODEL_PCNET", 0, None),
     ("COMPUTE_NET_VIF_MODEL_RTL8139", 0, None),
@@ -49,6 +48,14 @@ VIF_MODELS = (
     ("COMPUTE_NET_VIF_MODEL_VMXNET3", 0, None),
     ("COMPUTE_NET_VIF_MODEL_IGB", _v(9, 3), None),
 )
+# nova's SUPPORTED_VIF_MODELS, keyed by its [libvirt] virt_type, for the
+# domain types this agent reads domain capabilities for. nova lists LAN9118
+# for qemu only. Another domain type gets no VIF model trait (nova: none for
+# a type it does not list).
+VIF_MODELS = {
+    "kvm": _KVM_VIF_MODELS,
+    "qemu": (*_KVM_VIF_MODELS, ("COMPUTE_NET_VIF_MODEL_LAN9118", 0, None)),
+}
 SOUND_MODELS = (
     ("COMPUTE_SOUND_MODEL_AC97", 0, None),
     ("COMPUTE_SOUND_MODEL_ES1370", 0, None),
@@ -71,6 +78,12 @@ OTHER_GATED = (
     ("COMPUTE_ADDRESS_SPACE_PASSTHROUGH", _v(8, 7), ("x86_64",)),
     ("COMPUTE_ADDRESS_SPACE_EMULATED", _v(8, 7), ("x86_64",)),
 )
+# nova also requires the hypervisor (QEMU, ``getVersion()``) to be at least
+# this version for these rows.
+MIN_QEMU = {
+    "COMPUTE_NET_VIF_MODEL_IGB": _v(8, 0),
+    "COMPUTE_SOUND_MODEL_VIRTIO": _v(8, 2),
+}
 
 # What nova's libvirt driver declares in its ``capabilities`` dict without
 # depending on config, mapped through nova's CAPABILITY_TRAITS_MAP.
@@ -185,29 +198,43 @@ def domcaps_traits(domcaps_xml):  # noqa: PLR0912 - one branch per device family
     return found
 
 
-def gated_traits(libvirt_version, arch, has_domcaps_iommu=False):
+def gated_traits(libvirt_version, arch, virt_type, qemu_version, has_domcaps_iommu=False):
     """Traits from the version-gated static tables.
 
     :param libvirt_version: the daemon's ``getLibVersion()``.
     :param arch: host arch.
-    :param has_domcaps_iommu: domain capabilities list vIOMMU models, so the
-        static vIOMMU table is not used.
+    :param virt_type: the domain type guests get (``kvm``, ``qemu``); picks
+        the VIF model table.
+    :param qemu_version: the hypervisor's ``getVersion()``, for the rows in
+        :data:`MIN_QEMU`.
+    :param has_domcaps_iommu: domain capabilities grant vIOMMU models, so the
+        static vIOMMU table is not used (``auto`` is still given here).
     """
-    tables = [VIF_MODELS, SOUND_MODELS, OTHER_GATED]
+    tables = [
+        (VIF_MODELS.get(virt_type, ()), f"VIF models for {virt_type}: "),
+        (SOUND_MODELS, ""),
+        (OTHER_GATED, ""),
+    ]
     if not has_domcaps_iommu:
-        tables.append(VIOMMU_MODELS)
+        tables.append((VIOMMU_MODELS, ""))
     found = {}
-    for table in tables:
+    for table, label in tables:
         for trait, minimum, arches in table:
-            if libvirt_version >= minimum and (arches is None or arch in arches):
-                reason = (
-                    f"libvirt {_fmt(libvirt_version)} >= {_fmt(minimum)}"
-                    if minimum
-                    else "static table (every libvirt version)"
-                )
-                _add(found, trait, reason + (f" on {arch}" if arches else ""))
+            min_qemu = MIN_QEMU.get(trait, 0)
+            if libvirt_version < minimum or qemu_version < min_qemu:
+                continue
+            if arches is not None and arch not in arches:
+                continue
+            reason = (
+                f"libvirt {_fmt(libvirt_version)} >= {_fmt(minimum)}"
+                if minimum
+                else "static table (every libvirt version)"
+            )
+            if min_qemu:
+                reason += f", QEMU {_fmt(qemu_version)} >= {_fmt(min_qemu)}"
+            _add(found, trait, label + reason + (f" on {arch}" if arches else ""))
     viommu = [t for t in found if t.startswith("COMPUTE_VIOMMU_MODEL_")]
-    if viommu:
+    if viommu or has_domcaps_iommu:
         _add(found, "COMPUTE_VIOMMU_MODEL_AUTO", "some vIOMMU model is available")
     return found
 
@@ -233,7 +260,7 @@ def managed_traits():
     """Every capability trait this module could ever grant."""
     defined = _defined()
     names = set(DRIVER_CAPABILITIES) | set(DOMCAPS_SINGLES)
-    for table in (VIF_MODELS, SOUND_MODELS, VIOMMU_MODELS, OTHER_GATED):
+    for table in (*VIF_MODELS.values(), SOUND_MODELS, VIOMMU_MODELS, OTHER_GATED):
         names.update(t for t, _m, _a in table)
     names.add("COMPUTE_VIOMMU_MODEL_AUTO")
     for prefix in DOMCAPS_FAMILIES:

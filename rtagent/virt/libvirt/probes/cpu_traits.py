@@ -1,7 +1,7 @@
 # Licensed under the Apache License, Version 2.0 (the "License"); you may not
 # use this file except in compliance with the License. You may obtain a copy
 # of the License at http://www.apache.org/licenses/LICENSE-2.0
-"""CPU feature traits: libvirt feature names -> os-traits ``HW_CPU_*`` traits.
+"""CPU traits: feature traits, ``HW_CPU_HYPERTHREADING`` and ``HW_ARCH_*``.
 
 The features come from the host CPU *expanded* by
 ``baselineCPU(..., VIR_CONNECT_BASELINE_CPU_EXPAND_FEATURES)``: capabilities
@@ -17,8 +17,15 @@ differ from trait names in places. Differences from nova 34.0.0's
 - The table also maps the features os-traits has traits for beyond the
   SIMD and crypto families (``amx-*``, ``pdpe1gb``, ``pcid``, ``md-clear``,
   ``spec-ctrl``, ``ssbd``, ``stibp``, ``amd-ssbd``, ``virt-ssbd``,
-  ``amd-no-ssb``, ``ibpb``, ``sgx``); nova's table may lack some of them, so
-  a host can carry a few more HW_CPU traits than under nova.
+  ``amd-no-ssb``, ``ibpb``, ``sgx``); nova's table has the ``amx-*`` ones
+  only, so a host can carry a few more HW_CPU traits than under nova.
+
+As in nova's table, ``svm`` and ``vmx`` give both the generic trait and the
+vendor one (``HW_CPU_X86_AMD_SVM``, ``HW_CPU_X86_INTEL_VMX``).
+
+Beyond the features, as nova's libvirt driver (``_get_cpu_traits``):
+``HW_CPU_HYPERTHREADING`` when some CPU in the NUMA topology has a sibling,
+and ``HW_ARCH_<arch>`` for the host CPU arch.
 
 Only traits os-traits defines are ever produced (a unit test checks the
 table against the installed os-traits).
@@ -96,11 +103,21 @@ AARCH64_FEATURE_TRAITS = {
     ).split()
 }
 
+# nova kept the generic trait when it added the vendor-specific one; a flavor
+# may ask for either.
+X86_ALSO = {
+    "svm": "HW_CPU_X86_AMD_SVM",
+    "vmx": "HW_CPU_X86_INTEL_VMX",
+}
+
 FEATURE_TRAITS = {
     "x86_64": X86_FEATURE_TRAITS,
     "i686": X86_FEATURE_TRAITS,
     "aarch64": AARCH64_FEATURE_TRAITS,
 }
+ALSO_TRAITS = {"x86_64": X86_ALSO, "i686": X86_ALSO}
+
+HYPERTHREADING = "HW_CPU_HYPERTHREADING"
 
 
 def cpu_traits(arch, features):
@@ -111,19 +128,61 @@ def cpu_traits(arch, features):
     :returns: dict ``trait -> the feature that grants it``; empty for an arch
         without a table.
     """
-    table = FEATURE_TRAITS.get(arch, {})
     known = _defined()
-    return {
-        table[f]: f"CPU feature {f!r}" for f in sorted(features) if f in table and table[f] in known
-    }
+    found = {}
+    for table in (FEATURE_TRAITS.get(arch, {}), ALSO_TRAITS.get(arch, {})):
+        for f in sorted(features):
+            if f in table and table[f] in known:
+                found.setdefault(table[f], f"CPU feature {f!r}")
+    return found
+
+
+def arch_traits(arch):
+    """The ``HW_ARCH_*`` trait of the host CPU arch.
+
+    As nova names it: libvirt's ``<host><cpu><arch>`` upper-cased, with no
+    other mapping, so an arch os-traits spells differently (libvirt's
+    ``armv7l``; os-traits has ``HW_ARCH_ARMV7``) gives no trait.
+
+    :param arch: host CPU arch as libvirt reports it.
+    :returns: dict ``trait -> reason``, empty or with one trait.
+    """
+    trait = f"HW_ARCH_{arch.upper()}"
+    return {trait: f"host CPU arch {arch!r}"} if trait in _arch_defined() else {}
+
+
+def hyperthreading_traits(cells):
+    """``HW_CPU_HYPERTHREADING`` when some CPU of the host has a sibling.
+
+    As nova: from the sibling sets of the capabilities' NUMA topology, not
+    the ``ht`` CPU flag (the captured x86 host has it and no SMT) nor
+    ``<topology threads>`` (libvirt does not guarantee it).
+
+    :param cells: :class:`rtagent.virt.host.NumaCell` tuple (:func:`.numa.cells`).
+    :returns: dict ``trait -> reason``, empty without SMT or NUMA topology.
+    """
+    for cell in cells:
+        for cpu in cell.cpus:
+            if len(cpu.siblings) > 1:
+                siblings = ",".join(str(i) for i in sorted(cpu.siblings))
+                return {HYPERTHREADING: f"CPU {cpu.id} has siblings {siblings}"}
+    return {}
 
 
 @functools.cache
 def managed_traits(arch):
-    """Every CPU trait the table could give on ``arch``."""
-    return frozenset(t for t in FEATURE_TRAITS.get(arch, {}).values() if t in _defined())
+    """Every CPU trait this module could give on ``arch``, plus every
+    ``HW_ARCH_*``: a host has one arch, any other arch trait is wrong."""
+    tables = (FEATURE_TRAITS.get(arch, {}), ALSO_TRAITS.get(arch, {}))
+    names = {t for table in tables for t in table.values()} | {HYPERTHREADING}
+    return frozenset(names & _defined()) | _arch_defined()
 
 
 @functools.cache
 def _defined():
     return frozenset(os_traits.get_traits("HW_CPU_"))
+
+
+@functools.cache
+def _arch_defined():
+    return frozenset(os_traits.get_traits("HW_ARCH_"))
