@@ -84,36 +84,49 @@ class DaemonLinks:
         self._nova_conf = nova_conf
         self._agent_conf = None
         self._transport = None
+        self._told = False
 
     def check(self):
-        """Read the daemon's configuration.
+        """Read the daemon's configuration and make the RPC transport it
+        names (no connection yet: oslo.messaging connects on first use).
 
-        :raises AgentConfigError: it cannot be read.
+        :raises AgentConfigError: the file cannot be read, or its
+            ``transport_url`` names no usable driver or is malformed.
         """
-        self._agent_conf = agent_rpc_conf(self._nova_conf[GROUP].agent_config_file)
+        from rtagent.rpc import transport
+
+        path = self._nova_conf[GROUP].agent_config_file
+        agent_conf = agent_rpc_conf(path)
+        om = transport.messaging()
+        try:
+            made = transport.get_transport(agent_conf)
+        except (om.InvalidTransportURL, om.DriverLoadFailure) as exc:
+            raise AgentConfigError(
+                f"[{GROUP}] agent_config_file {path}: transport_url: {exc}"
+            ) from exc
+        self._agent_conf, self._transport = agent_conf, made
 
     def __call__(self, host, driver, reportclient):
         from rtagent.nova.link import RpcLink
-        from rtagent.rpc import transport
         from rtagent.rpc.client import AgentClient
 
-        if self._agent_conf is None:
+        if self._transport is None:
             self.check()
         agent_host = self._agent_conf.host
-        if self._transport is None:
-            self._transport = transport.get_transport(self._agent_conf)
+        if agent_host != host and not self._told:
+            LOG.warning(
+                "nova-compute's host is %s but the rtagent daemon's is %s; "
+                "the tracker calls the daemon by its own name",
+                host,
+                agent_host,
+            )
+        if not self._told:
             LOG.info(
                 "Resource tracking by the rtagent daemon %s (%s)",
                 agent_host,
                 self._nova_conf[GROUP].agent_config_file,
             )
-            if agent_host != host:
-                LOG.warning(
-                    "nova-compute's host is %s but the rtagent daemon's is %s; "
-                    "the tracker calls the daemon by its own name",
-                    host,
-                    agent_host,
-                )
+            self._told = True
         timeout = self._nova_conf[GROUP].rpc_timeout
         return RpcLink(AgentClient(self._transport, agent_host, timeout=timeout))
 

@@ -27,7 +27,7 @@ from nova.compute import task_states
 from nova.compute import utils as compute_utils
 
 from rtagent.exception import RtagentError
-from rtagent.nova import claims, computenode, migrations, reconcile, requests
+from rtagent.nova import claims, computenode, metrics, migrations, reconcile, requests
 from rtagent.nova.link import AgentRefused
 
 LOG = logging.getLogger(__name__)
@@ -46,7 +46,6 @@ _REFUSED = frozenset(
         "tracker.host_unavailable",
         "tracker.instance_claim_conflict",
         "tracker.move_conflict",
-        "tracker.invalid_claim_request",
     }
 )
 
@@ -70,7 +69,9 @@ class RtagentResourceTracker:
         # nova's per-node stats objects; the agent's stats are what the
         # ComputeNode record gets, these only keep failed_builds readable.
         self.stats = collections.defaultdict(compute_stats.Stats)
+        # The agent reads host metrics (its own [DEFAULT] compute_monitors).
         self.monitors = []
+        _warn_if_monitors_configured()
         self.pci_tracker = None
         self.provider_tree = None
         self._link = None
@@ -139,7 +140,10 @@ class RtagentResourceTracker:
             # nova's callers (and its tests) know this failure by this name.
             LOG.error("Audit of node %s failed: %s", nodename, exc)
             raise exception.ResourceProviderSyncFailed() from exc
-        self._update_node(context, nodename)
+        view = self._update_node(context, nodename)
+        if view is not None:
+            # Once per periodic audit, as nova's tracker (outside its lock).
+            metrics.notify_update(context, self.host, _my_ip(), nodename, view.get("metrics"))
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _record_node(self, context, nodename, resources):
@@ -158,8 +162,22 @@ class RtagentResourceTracker:
         cn = self.compute_nodes.get(nodename)
         if cn is None or self.disabled(nodename):
             return
-        reconcile.reconcile(self.link, context, self.host, cn, self._claim)
-        self._write_node(cn)
+        try:
+            reconcile.reconcile(self.link, context, self.host, cn, self._claim)
+            return self._write_node(cn)
+        except AgentRefused as exc:
+            if exc.code != "tracker.node_not_found":
+                raise
+            # The daemon audits another node: an operator's set-up mistake,
+            # said on one line at each periodic, not a traceback.
+            LOG.error(
+                "The rtagent agent has no node %s (nova's node %s on host %s): nova's "
+                "compute_id and the agent's state_path/compute_id must hold the same UUID "
+                "(docs/nova.md); nothing is accounted for this node until they do",
+                cn.uuid,
+                nodename,
+                self.host,
+            )
 
     def _sync_disabled(self, context, node_uuid):
         """The agent shows a disabled service as COMPUTE_STATUS_DISABLED."""
@@ -183,6 +201,7 @@ class RtagentResourceTracker:
         view = self.link.call("get_compute_node", node_uuid=cn.uuid)
         computenode.apply_view(cn, view)
         computenode.save_if_changed(cn)
+        return view
 
     # -- instance claims ---------------------------------------------------
 
@@ -471,6 +490,18 @@ def tracker_class(make_link):
 def _unavailable(refusal):
     """nova's exception for the agent's refusal of a claim (see _REFUSED)."""
     return exception.ComputeResourcesUnavailable(reason=f"{refusal.code}: {refusal.message}")
+
+
+def _warn_if_monitors_configured():
+    from nova.conf import CONF
+
+    if CONF.compute_monitors:
+        LOG.warning(
+            "[DEFAULT] compute_monitors (%s) of nova.conf is not read with rtagent as the "
+            "resource tracker: host metrics come from the rtagent agent, set the same "
+            "option in its configuration (docs/nova.md)",
+            ",".join(CONF.compute_monitors),
+        )
 
 
 def _my_ip():

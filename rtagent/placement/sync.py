@@ -59,8 +59,22 @@ class RememberedChildren:
         self._key = key
 
     def load(self):
+        """The remembered UUIDs; none (logged) if the record is unreadable:
+        then a child dropped while the agent was down stays in Placement,
+        as it would with no memory at all."""
         raw = self._get(self._key)
-        return frozenset(json.loads(raw)) if raw else frozenset()
+        if not raw:
+            return frozenset()
+        try:
+            found = json.loads(raw)
+            if not isinstance(found, list) or not all(isinstance(u, str) for u in found):
+                raise ValueError("not a list of UUIDs")
+        except ValueError as exc:
+            LOG.warning(
+                "Ignoring the unreadable record %s of published child providers: %s", self._key, exc
+            )
+            return frozenset()
+        return frozenset(found)
 
     def save(self, uuids):
         self._put(self._key, json.dumps(sorted(uuids)))
@@ -253,6 +267,11 @@ class ProviderSync:
             self._remember(children)
         self._children = children
 
+    def _published(self, uuid):
+        children = self._children | {uuid}
+        self._remember(children)
+        self._children = children
+
     def _remember(self, children):
         # Written only when the set changes: a steady sync writes nothing.
         # A failed write loses only the memory of a child published since;
@@ -365,6 +384,10 @@ class ProviderSync:
             except errors.ProviderNameConflict as exc:
                 raise errors.ProviderNameTaken(name=op.name, uuid=op.uuid) from exc
             provider = Provider(op.uuid, op.name, op.parent_uuid, generation)
+            if op.parent_uuid is not None:
+                # Remembered at once: should a later write of this sync fail,
+                # the child is still known as ours (its name is taken now).
+                self._published(op.uuid)
         else:
             current = view.get(op.uuid)
             if isinstance(op, diffmod.UpdateProvider):

@@ -167,8 +167,10 @@ class Tracker:
             return state.with_inputs(host=host, unavailable=None, drift=found)
 
         first = self._state.host is None
-        self._update("update_host", None, read)
+        # Set first: a reading of now, whether or not the store takes the
+        # state below.
         self._host_metrics = tuple(getattr(host, "metrics", ()))
+        self._update("update_host", None, read)
         snap = self.snapshot()
         if first:
             for message in drift.restart_report(snap, self._count_untracked):

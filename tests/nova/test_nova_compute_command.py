@@ -89,8 +89,9 @@ def _agent_conf(workdir, broker, placement, health_port):
 host = {HOST}
 state_path = {workdir}/agent-state
 transport_url = {broker.transport_url}
-cpu_allocation_ratio = 4.0
+cpu_allocation_ratio = 3.0
 reserved_host_memory_mb = 1024
+compute_monitors = cpu.virt_driver
 [libvirt]
 connection_uri = {DEMO_URI}
 instances_path = {workdir}/instances
@@ -132,6 +133,11 @@ endpoint = {placement.endpoint}
 token = admin
 [conductor]
 workers = 1
+[oslo_messaging_notifications]
+# Notifications as log lines, to read them back from the service's output.
+driver = log
+[notifications]
+notification_format = both
 [rtagent]
 agent_config_file = {agent_conf}
 rpc_timeout = 20
@@ -160,11 +166,19 @@ def workdir(tmp_path):
     yield str(tmp_path)
 
 
-def test_wrong_agent_config_file_stops_the_service_on_one_line(workdir):
+@pytest.mark.parametrize(
+    "agent_file",
+    [None, "[DEFAULT]\ntransport_url = rabit://guest:secret@127.0.0.1:5672/\n"],
+    ids=["missing", "unknown-transport-driver"],
+)
+def test_a_wrong_agent_config_file_stops_the_service_on_one_line(workdir, agent_file):
     conf = os.path.join(workdir, "nova.conf")
-    missing = os.path.join(workdir, "no-such-rtagent.conf")
+    agent_conf = os.path.join(workdir, "rtagent.conf")
+    if agent_file is not None:
+        with open(agent_conf, "w") as f:
+            f.write(agent_file)
     with open(conf, "w") as f:
-        f.write(f"[DEFAULT]\nstate_path = {workdir}\n[rtagent]\nagent_config_file = {missing}\n")
+        f.write(f"[DEFAULT]\nstate_path = {workdir}\n[rtagent]\nagent_config_file = {agent_conf}\n")
     result = subprocess.run(
         [_command("rtagent-nova-compute"), "--config-file", conf],
         capture_output=True,
@@ -175,82 +189,156 @@ def test_wrong_agent_config_file_stops_the_service_on_one_line(workdir):
     assert result.returncode == 1, result
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("rtagent-nova-compute: [rtagent] agent_config_file"), result.stderr
-    assert missing in last
+    assert agent_conf in last
     assert "Traceback" not in result.stderr
+    assert "secret" not in result.stderr
 
 
-def test_nova_compute_runs_on_the_rtagent_daemon(workdir):
+class Stack:
+    """RabbitMQ, Placement, the rtagent daemon and nova-conductor, with
+    nova's databases made; :meth:`start_compute` adds the command."""
+
+    def __init__(self, workdir, broker, placement):
+        self.workdir = workdir
+        self.placement = placement
+        self.health = free_port()
+        self.agent_conf = _agent_conf(workdir, broker, placement, self.health)
+        self.nova_conf = _nova_conf(workdir, broker, placement, self.agent_conf)
+        self.db = os.path.join(workdir, "nova.sqlite")
+        self.services = []
+        for what in ("api_db", "db"):
+            subprocess.run(
+                [_command("nova-manage"), "--config-file", self.nova_conf, what, "sync"],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
+        self.agent = self._start(
+            "rtagent", [_command("rtagent"), "--config-file", self.agent_conf, "run"]
+        )
+        status = self.wait(lambda: _status(self.health), "the agent's first audit", timeout=60)
+        self.node = status["nodes"][0]["node_uuid"]
+        self._start("nova-conductor", [_command("nova-conductor"), "--config-file", self.nova_conf])
+
+    def _start(self, name, argv):
+        service = Service(name, argv, self.workdir)
+        self.services.append(service)
+        return service
+
+    def start_compute(self, compute_id):
+        """``rtagent-nova-compute`` with ``compute_id`` as nova's node identity."""
+        os.makedirs(os.path.join(self.workdir, "nova-state"), exist_ok=True)
+        with open(os.path.join(self.workdir, "nova-state", "compute_id"), "w") as f:
+            f.write(compute_id)
+        return self._start(
+            "rtagent-nova-compute",
+            [_command("rtagent-nova-compute"), "--config-file", self.nova_conf],
+        )
+
+    def wait(self, predicate, what, timeout=START_BOUND_S):
+        return _wait(predicate, what, self.services, timeout)
+
+    def stop(self):
+        for service in reversed(self.services):
+            service.stop()
+
+
+@pytest.fixture
+def stack(workdir):
     require(missing_requirements(), "RabbitMQ")
-    services = []
     with RabbitMQ(os.path.join(workdir, "rabbit")) as broker, PlacementServer() as placement:
+        made = None
         try:
-            health = free_port()
-            agent_conf = _agent_conf(workdir, broker, placement, health)
-            nova_conf = _nova_conf(workdir, broker, placement, agent_conf)
-            for what in ("api_db", "db"):
-                subprocess.run(
-                    [_command("nova-manage"), "--config-file", nova_conf, what, "sync"],
-                    check=True,
-                    capture_output=True,
-                    timeout=300,
-                )
-            agent = Service(
-                "rtagent", [_command("rtagent"), "--config-file", agent_conf, "run"], workdir
-            )
-            services.append(agent)
-            status = _wait(lambda: _status(health), "the agent's first audit", services, timeout=60)
-            node = status["nodes"][0]["node_uuid"]
-            # The node identity the two services share (docs/nova.md).
-            os.makedirs(os.path.join(workdir, "nova-state"), exist_ok=True)
-            with open(os.path.join(workdir, "nova-state", "compute_id"), "w") as f:
-                f.write(node)
-
-            services.append(
-                Service(
-                    "nova-conductor",
-                    [_command("nova-conductor"), "--config-file", nova_conf],
-                    workdir,
-                )
-            )
-            compute = Service(
-                "rtagent-nova-compute",
-                [_command("rtagent-nova-compute"), "--config-file", nova_conf],
-                workdir,
-            )
-            services.append(compute)
-            db = os.path.join(workdir, "nova.sqlite")
-            row = _wait(lambda: _compute_node_row(db, node), "nova's ComputeNode record", services)
-
-            view = _agent_view(agent_conf, node)
-            assert row["host"] == HOST
-            assert row["hypervisor_hostname"] == HOST
-            # The accounting is the agent's: its ratios and usage, not the
-            # fake driver's (1000 VCPU at nova's initial ratios).
-            for field in ("cpu_allocation_ratio", "vcpus_used", "memory_mb_used", "running_vms"):
-                assert row[field] == view[field], (field, row[field], view[field])
-            assert row["cpu_allocation_ratio"] == 4.0
-
-            providers = _get_json_admin(placement, "/resource_providers")["resource_providers"]
-            assert [p["uuid"] for p in providers] == [node]
-            inventory = _get_json_admin(placement, f"/resource_providers/{node}/inventories")
-            assert inventory["inventories"]["VCPU"]["allocation_ratio"] == 4.0
-            assert inventory["inventories"]["VCPU"]["total"] != 1000
-
-            # A second audit period goes through the same path.
-            calls_before = _rpc_calls(health, "get_compute_node")
-            _wait(
-                lambda: _rpc_calls(health, "get_compute_node") > calls_before,
-                "a second update of the record",
-                services,
-            )
-            logs = compute.logs()
-            assert "NovaTrackerUsed" not in logs
-            assert "Error updating resources" not in logs, logs[-4000:]
-            assert "Resource tracking by the rtagent daemon" in logs
+            made = Stack(workdir, broker, placement)
+            yield made
         finally:
-            for service in reversed(services):
-                service.stop()
+            if made is not None:
+                made.stop()
     shutil.rmtree(os.path.join(workdir, "rabbit"), ignore_errors=True)
+
+
+ACCOUNTED = ("cpu_allocation_ratio", "vcpus_used", "memory_mb_used", "running_vms", "metrics")
+
+
+def test_nova_compute_runs_on_the_rtagent_daemon(stack):
+    # The node identity the two services share (docs/nova.md).
+    compute = stack.start_compute(stack.node)
+    node = stack.node
+
+    def written():
+        # The record is created from the driver's facts, then the agent's
+        # view is applied: wait for the second.
+        row = _compute_node_row(stack.db, node)
+        if row is None:
+            return None
+        view = _agent_view(stack.agent_conf, node)
+        return (row, view) if all(_same(row, view, f) for f in ACCOUNTED) else None
+
+    row, _view = stack.wait(written, "nova's ComputeNode record with the agent's accounting")
+    assert row["host"] == HOST
+    assert row["hypervisor_hostname"] == HOST
+    # The accounting is the agent's: its ratio (3.0, neither nova's initial
+    # 4.0 nor a ratio the fake driver sets) and its usage (the demo host's
+    # guests without a claim, which nova's fake driver does not have).
+    assert row["cpu_allocation_ratio"] == 3.0
+    assert row["memory_mb_used"] > 1024
+    # Host metrics from the daemon's compute_monitors, as nova stores them.
+    metrics = json.loads(row["metrics"])
+    assert {m["name"] for m in metrics} >= {"cpu.frequency", "cpu.user.time", "cpu.percent"}
+    assert {m["source"] for m in metrics} == {"libvirt.LibvirtDriver"}
+
+    providers = _get_json_admin(stack.placement, "/resource_providers")["resource_providers"]
+    assert [p["uuid"] for p in providers] == [node]
+    inventory = _get_json_admin(stack.placement, f"/resource_providers/{node}/inventories")
+    assert inventory["inventories"]["VCPU"]["allocation_ratio"] == 3.0
+    assert inventory["inventories"]["VCPU"]["total"] != 1000
+
+    # A second audit period goes through the same path.
+    calls_before = _rpc_calls(stack.health, "get_compute_node")
+    stack.wait(
+        lambda: _rpc_calls(stack.health, "get_compute_node") > calls_before,
+        "a second update of the record",
+    )
+    logs = compute.logs()
+    assert "NovaTrackerUsed" not in logs
+    assert "Error updating resources" not in logs, logs[-4000:]
+    assert "Resource tracking by the rtagent daemon" in logs
+    # nova's metrics notifications, unversioned and versioned, as nova's
+    # tracker sent them, from the agent's metrics.
+    sent = [
+        json.loads(line[line.index("{") :]) for line in logs.splitlines() if _notification(line)
+    ]
+    events = {n["event_type"]: n["payload"] for n in sent}
+    legacy = events["compute.metrics.update"]
+    assert legacy["nodename"] == HOST and legacy["host"] == HOST
+    assert {m["name"] for m in legacy["metrics"]} >= {"cpu.frequency", "cpu.percent"}
+    versioned = events["metrics.update"]["nova_object.data"]
+    assert versioned["nodename"] == HOST
+
+
+def test_a_compute_id_other_than_the_agents_is_said_on_one_line(stack):
+    other = "0f0f0f0f-0000-4000-8000-000000000001"
+    compute = stack.start_compute(other)
+    said = f"The rtagent agent has no node {other}"
+    stack.wait(lambda: compute.logs().count(said) >= 2, "the error at two periodics")
+    logs = compute.logs()
+    assert "Error updating resources" not in logs, logs[-4000:]
+    line = next(line for line in logs.splitlines() if said in line)
+    assert "compute_id" in line and "docs/nova.md" in line
+    # Nothing of nova's own accounting reached Placement meanwhile.
+    providers = _get_json_admin(stack.placement, "/resource_providers")["resource_providers"]
+    assert [p["uuid"] for p in providers] == [stack.node]
+
+
+def _notification(line):
+    return "oslo.messaging.notification." in line and "metrics.update" in line and "{" in line
+
+
+def _same(row, view, field):
+    if field == "metrics":
+        # A new reading at every audit: the record holds one of them.
+        return bool(json.loads(row["metrics"] or "[]"))
+    return row[field] == view[field]
 
 
 def _status(port):

@@ -102,6 +102,21 @@ class _RefusedEvacuation:
     def test_refused_evacuation_with_a_clean_hypervisor(self):
         self._evacuate_refused(keep_hypervisor_state=False)
 
+    def test_an_error_that_is_no_refusal_fails_the_evacuation(self):
+        # A malformed request (an adapter bug) is not "cannot take it": nova
+        # must not treat it as a clean refusal.
+        dest_rp = self._get_provider_uuid_by_host("host2")
+        server = self._boot_and_check_allocations(self.flavor1, "host1")
+        source_service = self.admin_api.get_services(host="host1", binary="nova-compute")[0]
+        self.compute1.stop()
+        self.admin_api.put_service(source_service["id"], {"forced_down": "true"})
+        dest_tracker = self.rtagent.link("host2").agent.nodes.get(dest_rp)
+        malformed = errors.InvalidClaimRequest(reason="injected by the test")
+        with mock.patch.object(dest_tracker, "start_move", side_effect=malformed):
+            self._evacuate_server(
+                server, expected_state="ERROR", expected_migration_status="failed"
+            )
+
 
 class RefusedEvacuationInProcess(_RefusedEvacuation, integrated_helpers.ProviderUsageBaseTestCase):
     mode = "inprocess"

@@ -3,7 +3,7 @@ the agent removes only providers it put there itself (invariant 6)."""
 
 import pytest
 
-from rtagent.placement.errors import ProviderNameTaken
+from rtagent.placement.errors import PlacementRequestFailed, ProviderNameTaken
 from rtagent.placement.sync import ProviderSync, RememberedChildren
 from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.resources import Inventory, frozen_map
@@ -158,3 +158,35 @@ def test_a_new_uuid_under_a_name_someone_else_has_is_not_taken_over(client, oper
     with pytest.raises(ProviderNameTaken):
         sync.sync(ProviderTree([root(), child(SEV, "node_other")]))
     assert in_tree(operator) == {ROOT, theirs}
+
+
+def test_a_child_created_by_a_sync_that_then_failed_is_still_known_as_ours(client, operator):
+    meta = _Meta()
+    sync = ProviderSync(client, children=remembered(meta))
+    sync.sync(ProviderTree([root()]))
+    refused = Provider(
+        uuid=SEV,
+        name="node_sev",
+        parent_uuid=ROOT,
+        # Placement refuses a reserved amount above the total (after the
+        # provider itself was created).
+        inventories=frozen_map({"CUSTOM_SLOT": Inventory(total=4, max_unit=4, reserved=5)}),
+        managed_classes=frozenset({"CUSTOM_SLOT"}),
+    )
+    with pytest.raises(PlacementRequestFailed):
+        sync.sync(ProviderTree([root(), refused]))
+    assert SEV in in_tree(operator)
+    assert remembered(meta).load() == {SEV}
+
+    # After a restart the driver names it anew: the same provider.
+    after = ProviderSync(client, children=remembered(meta))
+    after.sync(ProviderTree([root(), child(SEV_AGAIN, "node_sev")]))
+    assert in_tree(operator) == {ROOT, SEV}
+
+
+@pytest.mark.parametrize("raw", ["not json", '{"a": 1}', "[1, 2]"])
+def test_an_unreadable_memory_is_ignored_with_a_warning(raw, caplog):
+    meta = _Meta()
+    meta.values["placement_children:node"] = raw
+    assert remembered(meta).load() == frozenset()
+    assert "unreadable record placement_children:node" in caplog.text
