@@ -249,3 +249,37 @@ def test_the_inputs_are_unchanged_and_the_answer_is_the_same_twice(case, lim):
     first = fit.fit(hosts, guests, lim)
     assert (repr(hosts), repr(guests)) == before
     assert fit.fit(hosts, guests, lim) == first
+
+
+@st.composite
+def one_cell(draw):
+    """A host cell of cores of 1 to 4 threads, some pinned, and a guest cell
+    of pinned vCPUs under one thread policy: the thread rules' edge cases
+    (cores with an odd number of free threads, a lone vCPU) come often."""
+    cores, cpu = [], 0
+    for _ in range(draw(st.integers(1, 4))):
+        size = draw(st.integers(1, 4))
+        cores.append(frozenset(range(cpu, cpu + size)))
+        cpu += size
+    cpus = frozenset().union(*cores)
+    pinned = frozenset(draw(st.sets(st.sampled_from(sorted(cpus)), max_size=len(cpus) - 1)))
+    host = model.HostCell(
+        id=0, cpuset=frozenset(), pcpuset=cpus, memory_mb=4096, siblings=tuple(cores), pinned=pinned
+    )
+    guest = model.GuestCell(
+        id=0,
+        memory_mb=512,
+        pcpuset=frozenset(range(draw(st.integers(1, 6)))),
+        thread_policy=draw(st.sampled_from(model.THREAD_POLICIES)),
+    )
+    return (host,), (guest,)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(one_cell(), st.booleans())
+def test_thread_policies_on_one_cell_against_the_oracle(case, emulator):
+    hosts, guests = case
+    found = fit.fit(hosts, guests, None, emulator_isolate=emulator)
+    assert (found is not None) == exists(hosts, guests, None, emulator)
+    if found is not None:
+        check_fit(hosts, guests, None, emulator, found)
