@@ -156,6 +156,7 @@ PAGE_NAMES = {-1: model.PAGES_SMALL, -2: model.PAGES_LARGE, -3: model.PAGES_ANY}
 @settings(
     max_examples=3000,
     deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 @given(requests())

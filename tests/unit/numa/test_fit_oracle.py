@@ -2,6 +2,11 @@
 8 CPUs with siblings, several page sizes): it finds a fit if and only if
 one exists, and every fit it returns obeys the rules (rtagent.numa.fit's
 docstring), written here again from their statement, not from the code.
+
+The examples are derandomized, so that a run on CI is the run made here;
+wider random exploration: ``benchmarks/numa_fit.py --cases N`` or these
+strategies with ``derandomize`` off (20,000 random cases agreed when they
+were written).
 """
 
 import itertools
@@ -230,6 +235,7 @@ def check_fit(hosts, guests, lim, emulator, found):
 @settings(
     max_examples=400,
     deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(cases(), limits, st.booleans(), st.booleans())
@@ -241,7 +247,9 @@ def test_a_fit_is_found_if_and_only_if_one_exists(case, lim, emulator, pack):
         check_fit(hosts, guests, lim, emulator, found)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(cases(), limits)
 def test_the_inputs_are_unchanged_and_the_answer_is_the_same_twice(case, lim):
     hosts, guests = case
@@ -275,7 +283,9 @@ def one_cell(draw):
     return (host,), (guest,)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=1500, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(one_cell(), st.booleans())
 def test_thread_policies_on_one_cell_against_the_oracle(case, emulator):
     hosts, guests = case
