@@ -27,7 +27,7 @@ if [ ! -f "$stamp" ] || [ "$top/pyproject.toml" -nt "$stamp" ]; then
     "$venv/bin/pip" install -q \
         'nova==34.0.0' 'sqlalchemy<2.1' openstack-placement stestr oslotest fixtures \
         testtools testscenarios testresources ddt gabbi wsgi-intercept requests-mock \
-        osprofiler python-barbicanclient pytest
+        osprofiler python-barbicanclient pytest hypothesis
     "$venv/bin/pip" install -q -e "$top[nova]"
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     mkdir -p "$site/etc/nova"

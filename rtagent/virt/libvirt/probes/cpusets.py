@@ -10,6 +10,7 @@ PCPU inventory built from the dedicated set comes with the NUMA work; here
 the sets are parsed, checked and carried in the host view.
 """
 
+from rtagent import cpuspec
 from rtagent.virt.errors import InvalidCPUSet
 
 
@@ -23,28 +24,13 @@ def parse_cpu_spec(option, spec):
     """
     if spec is None or not spec.strip():
         return None
-    include, exclude = set(), set()
-    for raw in spec.split(","):
-        part = raw.strip()
-        if not part:
-            continue
-        target = include
-        if part.startswith("^"):
-            target, part = exclude, part[1:].strip()
-        lo, dash, hi = part.partition("-")
-        try:
-            first, last = int(lo), int(hi) if dash else int(lo)
-        except ValueError as exc:
-            raise InvalidCPUSet(
-                option=option, value=spec, reason=f"bad item {raw.strip()!r}"
-            ) from exc
-        if first < 0 or first > last:
-            raise InvalidCPUSet(option=option, value=spec, reason=f"bad range {raw.strip()!r}")
-        target.update(range(first, last + 1))
-    cpus = include - exclude
+    try:
+        cpus = cpuspec.parse(spec)
+    except ValueError as exc:
+        raise InvalidCPUSet(option=option, value=spec, reason=str(exc)) from exc
     if not cpus:
         raise InvalidCPUSet(option=option, value=spec, reason="selects no CPU")
-    return frozenset(cpus)
+    return cpus
 
 
 def check_cpu_sets(shared, dedicated, online):

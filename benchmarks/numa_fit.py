@@ -1,0 +1,165 @@
+"""The NUMA fitter: fits per second on a busy 2-socket host, and agreement
+with the brute-force oracle over random small cases.
+
+Prints key=value lines, the last a summary:
+
+    host=empty fits_per_s=F us_per_fit=U
+    host=busy pinned_guests=50 fits_per_s=F us_per_fit=U
+    oracle cases=N agree=A
+    summary busy_vs_empty=R target_ratio=3 oracle_agreement=X target_agreement=1.0 PASS|MISS
+
+The host: 2 cells (sockets) of 16 cores x 2 threads, 64 threads, all
+dedicated, 64 GiB of 2 MiB and 4 KiB pages. ``busy`` has 50 pinned guests
+of 1 vCPU (prefer) already placed; ``empty`` none (the baseline of the same
+run). Each fit is a 4-vCPU guest in turn over 1 and 2 cells and each
+thread policy. The oracle cases are those of tests/unit/numa (up to 4
+cells of 8 CPUs, and single cells of cores of 1 to 4 threads); agreement
+is the share where the fitter finds a fit exactly when the oracle says one
+exists, and the fit it finds obeys every rule; it must be 1.0.
+
+``--greedy-require`` (a negative control) replaces the exact search for
+``require`` with filling the fullest cores in turn; the agreement then
+falls below 1.0 and the run MISSes.
+"""
+
+import argparse
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common.verdict import run as run_benchmark
+from rtagent.numa import fit, model
+
+TARGET_RATIO = 3.0
+ORACLE_CASES = 2000
+SECONDS = 2.0
+
+
+def host(busy):
+    cells, pinned_left = [], 50 if busy else 0
+    for cell_id in range(2):
+        cpus = range(cell_id * 32, cell_id * 32 + 32)
+        siblings = tuple(frozenset((c, c + 1)) for c in cpus[::2])
+        # One thread of each core first, as pinned guests of 1 vCPU fill a host.
+        take = min(pinned_left, 25)
+        pinned = frozenset(list(cpus[::2])[:16] + list(cpus[1::2])[:9])
+        pinned = frozenset(sorted(pinned)[:take])
+        pinned_left -= take
+        cells.append(
+            model.HostCell(
+                id=cell_id,
+                cpuset=frozenset(),
+                pcpuset=frozenset(cpus),
+                memory_mb=32768,
+                siblings=siblings,
+                pinned=pinned,
+                memory_usage=take * 256,
+                pages=(model.Pages(4, 4194304, take * 65536), model.Pages(2048, 8192)),
+            )
+        )
+    return tuple(cells)
+
+
+def guests():
+    shapes = []
+    for policy in model.THREAD_POLICIES:
+        shapes.append(
+            (model.GuestCell(0, 1024, pcpuset=frozenset(range(4)), thread_policy=policy),)
+        )
+        shapes.append(
+            (
+                model.GuestCell(0, 512, pcpuset=frozenset({0}), thread_policy=policy),
+                model.GuestCell(1, 512, pcpuset=frozenset({1, 2, 3}), thread_policy=policy),
+            )
+        )
+    return shapes
+
+
+def fits_per_second(hosts):
+    shapes = guests()
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < SECONDS:
+        for shape in shapes:
+            fit.fit(hosts, shape, emulator_isolate=count % 2 == 1)
+            count += 1
+    return count / (time.perf_counter() - started)
+
+
+def oracle_agreement(cases):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.unit.numa.test_fit_oracle import cases as case_strategy
+    from tests.unit.numa.test_fit_oracle import check_fit, exists, limits, one_cell
+
+    tally = {"cases": 0, "agree": 0}
+
+    @settings(
+        max_examples=cases,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.one_of(case_strategy(), one_cell()), limits, st.booleans())
+    def compare(case, lim, emulator):
+        hosts, guest_cells = case
+        found = fit.fit(hosts, guest_cells, lim, emulator_isolate=emulator)
+        tally["cases"] += 1
+        agree = (found is not None) == exists(hosts, guest_cells, lim, emulator)
+        if agree and found is not None:
+            try:
+                check_fit(hosts, guest_cells, lim, emulator, found)
+            except AssertionError:
+                agree = False  # a fit that breaks a rule
+        tally["agree"] += agree
+
+    compare()
+    return tally["cases"], tally["agree"]
+
+
+def greedy_require(cores, wanted):
+    """The negative control: fill the fullest cores, two or more threads
+    each, with no search."""
+    counts = []
+    for core in fit._fullest_first(cores):
+        take = min(len(core), wanted)
+        if take == 1 and wanted % 2 == 0:
+            take = 0
+        counts.append(take)
+        wanted -= take
+    return counts if wanted == 0 else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--greedy-require", action="store_true", help="negative control")
+    parser.add_argument("--cases", type=int, default=ORACLE_CASES)
+    args = parser.parse_args()
+    if args.greedy_require:
+        fit._require_counts = greedy_require
+    random.seed(0)
+    empty = fits_per_second(host(busy=False))
+    busy = fits_per_second(host(busy=True))
+    print(f"host=empty fits_per_s={empty:.0f} us_per_fit={1e6 / empty:.1f}")
+    print(f"host=busy pinned_guests=50 fits_per_s={busy:.0f} us_per_fit={1e6 / busy:.1f}")
+    cases, agree = oracle_agreement(args.cases)
+    print(f"oracle cases={cases} agree={agree}")
+    if not cases or not empty or not busy:
+        print("summary void=no_measurement VOID")
+        return 1
+    ratio = empty / busy
+    agreement = agree / cases
+    ok = ratio <= TARGET_RATIO and agreement == 1.0
+    print(
+        f"summary busy_vs_empty={ratio:.2f} target_ratio={TARGET_RATIO:.0f} "
+        f"oracle_agreement={agreement:.4f} target_agreement=1.0 {'PASS' if ok else 'MISS'}"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run_benchmark(main))
