@@ -30,6 +30,7 @@ class WithChild:
         self._driver = driver
         self.child_uuid = child_uuid
         self.reporting = True
+        self.node_uuid = None  # the agent's node, once built
 
     def __getattr__(self, name):
         return getattr(self._driver, name)
@@ -44,7 +45,7 @@ class WithChild:
         return self.read_nodes()[0]
 
     def _child(self, view):
-        node = view.node_uuid or self._node
+        node = view.node_uuid or self.node_uuid
         return ProviderFacts(
             uuid=self.child_uuid,
             name=f"{view.hypervisor_hostname}_amd_sev",
@@ -62,7 +63,7 @@ def build(conf, placement, child_uuid):
         adapter=admin_adapter(placement.endpoint),
         make_backoff=lambda: SyncBackoff(base_delay=0, max_delay=0),
     )
-    driver._node = agent.tracker.node_uuid
+    driver.node_uuid = agent.tracker.node_uuid
     return agent, driver
 
 
