@@ -26,6 +26,7 @@ from rtagent.tracker.ledger import ResourcePolicy
 from rtagent.tracker.nodes import NodeSet
 from rtagent.tracker.store import Store
 from rtagent.tracker.tracker import Tracker
+from rtagent.virt import hugepages
 
 LOG = logging.getLogger(__name__)
 
@@ -43,11 +44,16 @@ def _configured_ratio(conf, name):
 
 
 def policy_from_conf(conf):
-    """The :class:`ResourcePolicy` that ``conf`` describes."""
+    """The :class:`ResourcePolicy` that ``conf`` describes.
+
+    :raises rtagent.virt.errors.InvalidReservedHugePages: a
+        ``reserved_huge_pages`` value is malformed.
+    """
     return ResourcePolicy(
         reserved_host_cpus=conf.reserved_host_cpus,
         reserved_host_memory_mb=conf.reserved_host_memory_mb,
         reserved_host_disk_mb=conf.reserved_host_disk_mb,
+        reserved_huge_pages=hugepages.parse(conf.reserved_huge_pages),
         reserve_untracked=conf.rtagent.reserve_untracked_usage,
         ratios=frozen_map(
             {
@@ -98,6 +104,7 @@ def libvirt_driver(conf, observer=None, on_change=None):
         conf.libvirt.instances_path,
         cpu_shared_set=conf.compute.cpu_shared_set,
         cpu_dedicated_set=conf.compute.cpu_dedicated_set,
+        reserved_huge_pages=hugepages.parse(conf.reserved_huge_pages),
         cpu_metrics=default_conf.cpu_monitor_enabled(conf.compute_monitors),
         # libvirt's event loop must be registered before the first open;
         # lifecycle events then call on_change (an early audit).

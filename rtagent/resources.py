@@ -11,11 +11,20 @@ import types
 import os_resource_classes as orc
 
 VCPU = orc.VCPU
+PCPU = orc.PCPU
 MEMORY_MB = orc.MEMORY_MB
 DISK_GB = orc.DISK_GB
 
 # The classes the agent accounts for on the root provider, in report order.
 STANDARD_CLASSES = (VCPU, MEMORY_MB, DISK_GB)
+
+# Every class the agent derives for the root provider from the host: the
+# standard ones, and PCPU from ``[compute] cpu_dedicated_set``. One whose
+# total drops to 0 is removed from Placement. PCPU is not a standard class:
+# usage shows it only where something holds it, and a host driver that
+# reports PCPU itself (nova's, see rtagent.nova) keeps it while the agent
+# derives none.
+ROOT_CLASSES = (VCPU, PCPU, MEMORY_MB, DISK_GB)
 
 
 def frozen_map(mapping):

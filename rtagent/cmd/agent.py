@@ -131,7 +131,7 @@ def main(argv=None):
         if conf.command.name == "check-config":
             from rtagent.cmd import check_config
 
-            return check_config.main(conf, (_validate, checks.check_cpu_sets))
+            return check_config.main(conf, (_validate, checks.check_host))
         _validate(conf)
     except (cfg.Error, exception.RtagentError) as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
@@ -143,7 +143,7 @@ def main(argv=None):
         return EXIT_CONFIG
     try:
         # After logging: a hypervisor that does not answer is a warning.
-        checks.check_cpu_sets(conf)
+        checks.check_host(conf)
     except exception.RtagentError as exc:
         print(f"rtagent: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -1,5 +1,6 @@
 """Start-up checks that need more than oslo.config: the messaging URLs
-(oslo.messaging parses them) and the CPU sets (the host's online CPUs).
+(oslo.messaging parses them), the CPU sets (the host's online CPUs) and the
+reserved huge pages (the host's NUMA cells).
 
 Like :mod:`rtagent.conf.validation` they run before the state directory is
 touched or anything is sent over the network, and a failure is one
@@ -16,8 +17,8 @@ from rtagent.conf.validation import ConfigError
 
 LOG = logging.getLogger(__name__)
 
-# A hung libvirtd must not hang the start: past this, the CPU sets are
-# left to the first audit, which checks them too.
+# A hung libvirtd must not hang the start: past this, the CPU sets and
+# huge pages are left to the first audit, which checks them too.
 HOST_TIMEOUT_S = 10.0
 _MAX_PORT = 65535
 
@@ -68,21 +69,32 @@ def _masked(url):
     return re.sub(r"(?<=://)[^:@]*:.*@", lambda m: m.group(0).split(":", 1)[0] + ":***@", url)
 
 
-def check_cpu_sets(conf, timeout=HOST_TIMEOUT_S):
+def check_host(conf, timeout=HOST_TIMEOUT_S):
     """Check ``[compute] cpu_shared_set`` / ``cpu_dedicated_set`` against the
-    host's online CPUs, as the audit would, but before anything is written.
+    host's online CPUs and ``[DEFAULT] reserved_huge_pages`` against its
+    NUMA cells, as the audit would, but before anything is written.
 
-    The CPUs come from libvirt (a read-only connection, closed at once), the
-    source the audit uses; the test driver's host is not the machine's. A
-    remote URI, or a hypervisor that does not answer, skips the check (the
-    first audit makes it).
+    The host comes from libvirt (a read-only connection, closed at once),
+    the source the audit uses; the test driver's host is not the machine's.
+    A remote URI, or a hypervisor that does not answer, skips the check
+    (the first audit makes it).
 
     :raises rtagent.virt.errors.InvalidCPUSet: a set does not parse, names a
         CPU that is not online, or the sets overlap; its message names the
         option.
+    :raises rtagent.virt.errors.InvalidReservedHugePages: a reservation
+        names a cell, page size or more pages than the host has (a
+        malformed one is :func:`rtagent.conf.validation.validate`'s to
+        report: it is left out here, so ``check-config`` says it once).
     """
+    from rtagent.virt import errors, hugepages
+
     shared, dedicated = conf.compute.cpu_shared_set, conf.compute.cpu_dedicated_set
-    if not (shared or dedicated):
+    try:
+        reserved = hugepages.parse(conf.reserved_huge_pages)
+    except errors.InvalidReservedHugePages:
+        reserved = ()
+    if not (shared or dedicated or reserved):
         return
     from rtagent.virt.libvirt.probes import cpusets
 
@@ -90,19 +102,24 @@ def check_cpu_sets(conf, timeout=HOST_TIMEOUT_S):
     dedicated = cpusets.parse_cpu_spec("cpu_dedicated_set", dedicated)
     uri = conf.libvirt.connection_uri
     if urllib.parse.urlsplit(uri).hostname:
-        return  # another host's CPUs: asking would be network I/O before the checks end
-    online = _online_cpus(uri, timeout)
-    if online is not None:
-        cpusets.check_cpu_sets(shared, dedicated, online)
+        return  # another host's: asking would be network I/O before the checks end
+    found = _read_host(uri, timeout, cells=bool(reserved))
+    if found is None:
+        return
+    online, cells = found
+    cpusets.check_cpu_sets(shared, dedicated, online)
+    hugepages.check(reserved, cells)
 
 
-def _online_cpus(uri, timeout):
-    """The online CPU ids libvirt reports at ``uri``, or None if it does not
-    answer within ``timeout`` seconds."""
+def _read_host(uri, timeout, cells):
+    """``(online CPU ids, NUMA cells)`` libvirt reports at ``uri`` (the cells
+    only when ``cells``, else ``()``), or None if it does not answer within
+    ``timeout`` seconds."""
     import libvirt
 
+    from rtagent.virt import errors
     from rtagent.virt.libvirt import connection
-    from rtagent.virt.libvirt.probes import cpusets
+    from rtagent.virt.libvirt.probes import cpusets, numa, xmlutil
 
     connection.silence_libvirt()
     found = {}
@@ -111,21 +128,27 @@ def _online_cpus(uri, timeout):
         try:
             conn = libvirt.openReadOnly(uri)
             try:
-                found["online"] = cpusets.online_ids(conn.getCPUMap())
+                online = cpusets.online_ids(conn.getCPUMap())
+                caps = conn.getCapabilities() if cells else None
             finally:
                 conn.close()
+            host_cells = numa.cells(xmlutil.parse(caps, "host capabilities")) if caps else ()
+            found["host"] = (online, host_cells)
         except libvirt.libvirtError as exc:
             found["error"] = connection.message(exc)
+        except errors.HostReadError as exc:  # capabilities it cannot parse
+            found["error"] = str(exc)
 
     # A daemon thread: a libvirtd that never answers must not keep the
     # process alive either.
-    reader = threading.Thread(target=read, name="cpu-set-check", daemon=True)
+    reader = threading.Thread(target=read, name="host-config-check", daemon=True)
     reader.start()
     reader.join(timeout)
-    if "online" in found:
-        return found["online"]
+    if "host" in found:
+        return found["host"]
     LOG.warning(
-        "CPU sets not checked at start-up: libvirt at %s %s; the first audit checks them",
+        "CPU sets and huge pages not checked at start-up: libvirt at %s %s; "
+        "the first audit checks them",
         uri,
         f"failed: {found['error']}" if "error" in found else f"gave no answer in {timeout:g} s",
     )

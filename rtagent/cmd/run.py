@@ -1,5 +1,6 @@
 """``rtagent run``: assemble the daemon from configuration and run it."""
 
+import dataclasses
 import logging
 import signal
 
@@ -10,6 +11,7 @@ from rtagent.rpc import notifier as notifiermod
 from rtagent.rpc import transport
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.server import RPCServer
+from rtagent.virt import hugepages
 from rtagent.wakeup import Wakeup
 
 LOG = logging.getLogger(__name__)
@@ -97,7 +99,12 @@ def apply_conf(conf, new, agent):
     """Apply a reloaded configuration: ratios and reserved amounts, log
     levels, provider config files; drop the cached Placement view so the
     next audit re-reads it."""
-    policy = builder.policy_from_conf(new)
+    # reserved_huge_pages needs a restart, like the CPU sets: the host
+    # driver checks the value it started with against the NUMA cells.
+    policy = dataclasses.replace(
+        builder.policy_from_conf(new),
+        reserved_huge_pages=hugepages.parse(conf.reserved_huge_pages),
+    )
     # Log levels: oslo.log's mutate hook applies [DEFAULT] debug.
     conf.mutate_config_files()
     for tracker in agent.nodes.trackers():

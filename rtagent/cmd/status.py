@@ -168,8 +168,33 @@ def render(report):
             lines.append(f"    untracked {dom['name']} {dom['uuid']}")
         for inst in drift["missing_instances"]:
             lines.append(f"    missing {inst}")
+        lines.extend(_numa_lines(node.get("numa")))
         lines.extend(_sync_lines(node, node.get("generated_at") or time.time()))
     return "\n".join(lines)
+
+
+def _numa_lines(numa):
+    if not numa:
+        return []
+    lines = []
+    for cell in numa["cells"]:
+        pages = ", ".join(
+            f"{p['size_kb']} KiB pages {p['used']}/{p['total']} used"
+            + (f" ({p['reserved']} reserved)" if p["reserved"] else "")
+            for p in cell["huge_pages"]
+            if p["total"]
+        )
+        lines.append(
+            f"  NUMA cell {cell['id']}: {len(cell['pinned'])}/{len(cell['dedicated_cpus'])} "
+            f"dedicated CPU(s) pinned, {cell['memory_used_mb']}/{cell['memory_mb']} MiB used"
+            + (f", {pages}" if pages else "")
+        )
+        for cpu, owner in cell["pinned"].items():
+            lines.append(f"    CPU {cpu}: {owner}")
+    for consumer, cpus in numa["lost_cpus"].items():
+        listed = ",".join(str(c) for c in cpus)
+        lines.append(f"  NUMA: {consumer} keeps CPU(s) {listed}, no longer dedicated CPUs")
+    return lines
 
 
 def _health_lines(report):

@@ -9,14 +9,19 @@ ALL_OPTS = [
     cfg.StrOpt(
         "cpu_shared_set",
         help="Host CPUs for shared (VCPU) guests, in nova's syntax, e.g. "
-        "'0-3,^2,8'. Every CPU must be online on this host and the set must not "
-        "overlap cpu_dedicated_set; otherwise the audit fails with "
-        "virt.invalid_cpu_set.",
+        "'0-3,^2,8': the VCPU inventory's total is their number (with the "
+        "allocation ratio as usual). Unset: every online CPU when "
+        "cpu_dedicated_set is unset too, no VCPU inventory when it is set. Every "
+        "CPU must be online on this host and the set must not overlap "
+        "cpu_dedicated_set; otherwise the start and every audit fail with "
+        "virt.invalid_cpu_set. Not with [DEFAULT] reserved_host_cpus.",
     ),
     cfg.StrOpt(
         "cpu_dedicated_set",
-        help="Host CPUs for dedicated (PCPU) guests, nova's syntax. Parsed and "
-        "checked against the host now; the PCPU inventory comes with NUMA support.",
+        help="Host CPUs for dedicated (pinned) guests, nova's syntax: reported as "
+        "the PCPU inventory, one PCPU per CPU, reserved 0 and allocation ratio "
+        "1.0 (never overcommitted, whatever Placement holds). Checked like "
+        "cpu_shared_set. Not with [DEFAULT] reserved_host_cpus.",
     ),
     cfg.StrOpt(
         "provider_config_location",

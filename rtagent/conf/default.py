@@ -62,7 +62,22 @@ reserved_opts = [
         mutable=True,
         default=0,
         min=0,
-        help="Host CPUs kept for the host; reported as VCPU reserved.",
+        help="Host CPUs kept for the host; reported as VCPU reserved. Must be 0 "
+        "when [compute] cpu_shared_set or cpu_dedicated_set is set (as in nova): "
+        "then the CPUs left out of both sets are the host's.",
+    ),
+    cfg.MultiStrOpt(
+        "reserved_huge_pages",
+        default=[],
+        help="Huge pages kept for the host on one NUMA cell, nova's option and "
+        "syntax: node:<cell id>,size:<page size>,count:<pages>, the size in KiB or "
+        "with a unit (K/KB/KiB, M/MB/MiB, G/GB/GiB; 2MB = 2048). Give the option "
+        "once per cell and page size, e.g. node:0,size:2048,count:64 and "
+        "node:1,size:1GB,count:1. A malformed value stops the start (and "
+        "check-config); the cell must be one of the host's NUMA cells, the size "
+        "one of its page sizes and the count at most its pages of that size, "
+        "otherwise the start and every audit fail with "
+        "virt.invalid_reserved_huge_pages.",
     ),
 ]
 

@@ -15,6 +15,7 @@ from oslo_config import cfg
 
 from rtagent import exception
 from rtagent.conf import default, libvirt, placement, rtagent
+from rtagent.virt import hugepages
 
 
 class ConfigError(exception.RtagentError):
@@ -30,6 +31,9 @@ def validate(conf, uri_validator=None):
     :param uri_validator: callable(uri) raising an RtagentError for a
         malformed hypervisor URI; passed in so this module needs no libvirt.
     :raises ConfigError: on the first bad option found.
+    :raises rtagent.virt.errors.InvalidReservedHugePages: a
+        ``reserved_huge_pages`` value is malformed (checked against the
+        host's NUMA cells later, where the host is read).
     """
     for group, opts in (
         ("DEFAULT", default.ALL_OPTS),
@@ -42,6 +46,8 @@ def validate(conf, uri_validator=None):
         default.cpu_monitor_enabled(conf.compute_monitors)
     except ValueError as exc:
         raise ConfigError(group="DEFAULT", option="compute_monitors", reason=str(exc)) from exc
+    _check_reserved_cpus(conf)
+    hugepages.parse(conf.reserved_huge_pages)
     # (A configured ratio of 0.0 means "unset", as in nova; see builder.py.)
     for name in ("initial_" + n for n in default.RATIO_OPTS):
         if conf[name] <= 0:
@@ -55,6 +61,21 @@ def validate(conf, uri_validator=None):
         except exception.RtagentError as exc:
             raise ConfigError(group="libvirt", option="connection_uri", reason=str(exc)) from exc
     _check_test_driver_file(conf.libvirt.connection_uri)
+
+
+def _check_reserved_cpus(conf):
+    """nova refuses ``reserved_host_cpus`` beside a CPU set: the CPUs left
+    out of the sets are already the host's, and VCPU is the shared set."""
+    if not conf.reserved_host_cpus:
+        return
+    sets = [n for n in ("cpu_shared_set", "cpu_dedicated_set") if (conf.compute[n] or "").strip()]
+    if sets:
+        raise ConfigError(
+            group="DEFAULT",
+            option="reserved_host_cpus",
+            reason=f"{conf.reserved_host_cpus} cannot be used with [compute] "
+            f"{' and '.join(sets)}; set it to 0 (the CPUs left out of the sets are the host's)",
+        )
 
 
 def _check_test_driver_file(uri):

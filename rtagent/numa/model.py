@@ -19,15 +19,17 @@ THREAD_POLICIES = (PREFER, ISOLATE, REQUIRE)
 @dataclasses.dataclass(frozen=True)
 class Pages:
     """One page size of a host cell: ``total`` pages of ``size_kb``, of which
-    ``used`` are taken (by guests or reserved by the operator)."""
+    ``used`` are taken by guests and ``reserved`` kept for the host by the
+    operator (``[DEFAULT] reserved_huge_pages``)."""
 
     size_kb: int
     total: int
     used: int = 0
+    reserved: int = 0
 
     @property
     def free(self):
-        return self.total - self.used
+        return self.total - self.used - self.reserved
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,9 +2,9 @@
 tracker's snapshot.
 
 The root provider carries nova's data model: named after the hypervisor
-hostname, the node UUID, VCPU / MEMORY_MB / DISK_GB inventories as nova
-computes them (their ``reserved`` also holds what running domains without a
-claim use), the COMPUTE_NODE and OWNER_NOVA traits, and
+hostname, the node UUID, VCPU / PCPU / MEMORY_MB / DISK_GB inventories as
+nova computes them (their ``reserved`` also holds what running domains
+without a claim use), the COMPUTE_NODE and OWNER_NOVA traits, and
 COMPUTE_STATUS_DISABLED while the node is disabled. Child providers (PCI
 devices) and driver traits plug in through ``children`` and ``driver_traits``.
 """
@@ -12,7 +12,7 @@ devices) and driver traits plug in through ``children`` and ``driver_traits``.
 import os_traits
 
 from rtagent.placement.tree import Provider, ProviderTree
-from rtagent.resources import STANDARD_CLASSES, Inventory, frozen_map
+from rtagent.resources import ROOT_CLASSES, STANDARD_CLASSES, Inventory, frozen_map
 from rtagent.tracker import ledger, untracked
 
 # Traits every root carries. nova 34.0.0's scheduler requires OWNER_NOVA on
@@ -51,9 +51,10 @@ def root_provider(snapshot, driver_traits=frozenset(), managed_traits=frozenset(
         inventories=frozen_map(invs),
         traits=traits,
         managed_traits=traits | frozenset(managed_traits) | {DISABLED_TRAIT},
-        # A standard class whose total drops to 0 (e.g. no local disk) is
-        # removed; classes others put on the root are left alone.
-        managed_classes=frozenset(STANDARD_CLASSES),
+        # A class of the agent's whose total drops to 0 (e.g. no local
+        # disk, or PCPU once cpu_dedicated_set is unset) is removed;
+        # classes others put on the root are left alone.
+        managed_classes=frozenset(ROOT_CLASSES),
         ratio_defaults=frozen_map(policy.initial_ratios),
     )
 
@@ -73,14 +74,22 @@ def driver_providers(root, reported):
     it, and the driver's other providers as children of the tree.
 
     The agent's own classes on the root stay the agent's (a driver's
-    figures for them are ignored); a driver's provider is managed by the
-    driver's report: its classes and traits are what the driver says.
+    figures for them are ignored): the standard ones always, PCPU when the
+    agent derives it (``cpu_dedicated_set``); nova's virt drivers report
+    PCPU themselves. A driver's provider is managed by the driver's report:
+    its classes and traits are what the driver says.
     """
     extra_invs, extra_traits, children = {}, set(), []
     for facts in reported:
         invs = {rc: Inventory.from_placement(dict(rec)) for rc, rec in facts.inventories}
         if facts.parent_uuid is None or facts.uuid == root.uuid:
-            extra_invs.update({rc: inv for rc, inv in invs.items() if rc not in STANDARD_CLASSES})
+            extra_invs.update(
+                {
+                    rc: inv
+                    for rc, inv in invs.items()
+                    if rc not in STANDARD_CLASSES and rc not in root.inventories
+                }
+            )
             extra_traits |= set(facts.traits)
             continue
         children.append(

@@ -241,6 +241,8 @@ class AgentEndpoint:
             "limits": a.get("limits"),
             "volume_backed": a.get("volume_backed", False),
             "assigned": a.get("assigned"),
+            "extra_specs": a.get("extra_specs"),
+            "image_properties": a.get("image_properties"),
         }
         if "user_id" in a:
             # Standalone mode: claim, then write the allocation ourselves;
@@ -265,6 +267,7 @@ class AgentEndpoint:
             "instance_uuid": claim.instance_uuid,
             "node_uuid": claim.node_uuid,
             "resources": dict(claim.resources),
+            "numa": instance.numa_cells(claim.numa),
         }
 
     def _update_instance(self, a):
@@ -278,7 +281,8 @@ class AgentEndpoint:
         return {}
 
     def _start_move(self, a):
-        self._node(a).start_move(
+        tracker = self._node(a)
+        recorded = tracker.start_move(
             a["migration_uuid"],
             a["instance_uuid"],
             a["migration_type"],
@@ -289,8 +293,10 @@ class AgentEndpoint:
             volume_backed=a.get("volume_backed", False),
             limits=a.get("limits"),
             assigned=a.get("assigned"),
+            extra_specs=a.get("extra_specs"),
+            image_properties=a.get("image_properties"),
         )
-        return {}
+        return {"numa": instance.move_numa_cells(recorded, tracker.node_uuid)}
 
     def _move_step(self, name):
         def step(a):

@@ -8,6 +8,9 @@ never changed once published) without importing rtagent and without
     {"ok": false, "error": {"code": "tracker.compute_resources_unavailable",
                             "message": "...", "retriable": false,
                             "details": {"reasons": ["MEMORY_MB: ..."]}}}
+    {"ok": false, "error": {"code": "numa.invalid_constraint", "message": "...",
+                            "retriable": false,
+                            "details": {"key": "hw:cpu_policy"}}}
 
 The codes are those of rtagent's exception hierarchy (``RtagentError.code``)
 plus the few defined here for the RPC edge itself.
@@ -16,6 +19,7 @@ plus the few defined here for the RPC edge itself.
 import logging
 
 from rtagent import exception
+from rtagent.numa import errors as numa_errors
 from rtagent.placement import errors as placement_errors
 from rtagent.tracker import errors as tracker_errors
 
@@ -82,6 +86,8 @@ def reply_for(exc, method):
             details["reasons"] = list(exc.reasons)
         elif isinstance(exc, InvalidRequest):
             details["path"] = exc.path
+        elif isinstance(exc, numa_errors.InvalidConstraint):
+            details["key"] = exc.key
         return _error(exc.code, str(exc), details)
     # A bug, not a condition: keep the traceback in our log, give the caller
     # a code it can match and no internals.

@@ -1,6 +1,7 @@
 """What a node holds of one instance, as ``get_instance`` answers it (API
-1.2): the claim, its moves, whether it is released or pending. Pure over a
-snapshot, so reading never waits for the tracker lock.
+1.2): the claim, its moves, whether it is released or pending, and (1.3)
+where their NUMA cells are. Pure over a snapshot, so reading never waits
+for the tracker lock.
 
 A caller reads an outcome back with it instead of probing with a mutation:
 after a call that timed out, after ``rpc.internal_error``, after a broker
@@ -35,6 +36,22 @@ def instance_record(snapshot, instance_uuid):
     }
 
 
+def numa_cells(claim):
+    """A :class:`~rtagent.numa.claim.NumaClaim` as replies show it (one
+    object per guest cell: host cell, pinning, emulator CPUs, page size),
+    or None for a guest without a NUMA topology."""
+    return claim.describe() if claim is not None else None
+
+
+def move_numa_cells(move, node_uuid):
+    """The NUMA cells ``move`` (as recorded) holds at ``node_uuid`` as its
+    destination (``start_move``'s answer), or None: this node is only its
+    source, or the guest asks for no topology."""
+    if move is None or move.dest_node != node_uuid:
+        return None
+    return numa_cells(move.new_numa)
+
+
 def _find(instances, uuid):
     """The instance ``uuid`` in ``instances`` (sorted by UUID), or None."""
     index = bisect.bisect_left(instances, uuid, key=lambda i: i.uuid)
@@ -52,6 +69,7 @@ def _claim(instance):
         "project_id": instance.project_id,
         "vm_state": instance.vm_state,
         "task_state": instance.task_state,
+        "numa": numa_cells(instance.numa),
     }
 
 
@@ -64,4 +82,6 @@ def _move(move):
         "dest_node": move.dest_node,
         "old_resources": dict(move.old_resources),
         "new_resources": dict(move.new_resources),
+        "old_numa": numa_cells(move.old_numa),
+        "new_numa": numa_cells(move.new_numa),
     }

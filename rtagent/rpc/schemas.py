@@ -39,7 +39,8 @@ FORBIDDEN_CHARACTERS = (
     "\\u2028-\\u202e\\u2066-\\u2069\\ud800-\\udfff"
 )
 
-_TEXT = {"type": "string", "maxLength": 255, "pattern": f"\\A[^{FORBIDDEN_CHARACTERS}]*\\Z"}
+_TEXT_PATTERN = f"\\A[^{FORBIDDEN_CHARACTERS}]*\\Z"
+_TEXT = {"type": "string", "maxLength": 255, "pattern": _TEXT_PATTERN}
 
 FLAVOR = {
     "type": "object",
@@ -59,7 +60,8 @@ FLAVOR = {
 
 _LIMIT = {"type": ["number", "null"], "minimum": 0, "maximum": 1e12}
 
-# Nova's scheduler limits; numa_topology is accepted and not checked yet.
+# Nova's scheduler limits; numa_topology is accepted and not read (the
+# node's own allocation ratios bound its NUMA cells).
 LIMITS = {
     "type": ["object", "null"],
     "properties": {
@@ -69,6 +71,55 @@ LIMITS = {
         "numa_topology": {"type": ["object", "null"], "maxProperties": 64},
     },
     "additionalProperties": False,
+}
+
+# 1.3: a flavor's extra specs and an image's properties, as nova holds them.
+# Only nova's NUMA and CPU keys are read (rtagent.numa.constraints); any
+# other is accepted and ignored, so a caller may pass them all.
+MAX_SPECS = 256
+# Image property values other than the keys read are free text in Glance
+# (a signature, a description): longer than a flavor's 255 characters.
+MAX_IMAGE_VALUE_CHARS = 4096
+
+_SPEC_NAME = {"minLength": 1, "maxLength": 255, "pattern": _TEXT_PATTERN}
+
+# Values in nova's CPU list syntax ("0-3,^2") name vCPUs, below FLAVOR's
+# 4096: a run of 5 digits (or underscores, which Python's int() takes
+# between digits) is refused, as expanding a range such as "0-9999999999"
+# would take the agent hours.
+_CPU_LIST_PATTERN = f"\\A(?!.*[\\d_]{{5}})[^{FORBIDDEN_CHARACTERS}]*\\Z"
+
+EXTRA_SPECS = {
+    "type": ["object", "null"],
+    "propertyNames": _SPEC_NAME,
+    "patternProperties": {
+        "\\Ahw:(numa_cpus\\.[0-9]+|cpu_dedicated_mask)\\Z": {
+            "type": "string",
+            "maxLength": 255,
+            "pattern": _CPU_LIST_PATTERN,
+        },
+    },
+    "additionalProperties": _TEXT,
+    "maxProperties": MAX_SPECS,
+}
+
+
+def _image_value(pattern):
+    return {
+        "type": ["string", "integer", "boolean", "null"],
+        "maxLength": MAX_IMAGE_VALUE_CHARS,
+        "pattern": pattern,
+        "minimum": -(2**63),
+        "maximum": 2**63 - 1,
+    }
+
+
+IMAGE_PROPERTIES = {
+    "type": ["object", "null"],
+    "propertyNames": _SPEC_NAME,
+    "patternProperties": {"\\Ahw_numa_cpus\\.[0-9]+\\Z": _image_value(_CPU_LIST_PATTERN)},
+    "additionalProperties": _image_value(_TEXT_PATTERN),
+    "maxProperties": MAX_SPECS,
 }
 
 # resource class -> number of identified units to assign (see the tracker).
@@ -128,6 +179,9 @@ METHODS = {
             # 1.1: with a user_id the agent writes the allocation to
             # Placement itself (standalone mode, no Nova scheduler).
             "user_id": _TEXT,
+            # 1.3: the guest's NUMA topology, pinned CPUs and page size.
+            "extra_specs": EXTRA_SPECS,
+            "image_properties": IMAGE_PROPERTIES,
         },
         required=("instance_uuid", "flavor"),
     ),
@@ -155,6 +209,9 @@ METHODS = {
             "volume_backed": {"type": "boolean"},
             "limits": LIMITS,
             "assigned": ASSIGNED,
+            # 1.3: the new flavor's extra specs, and the image's properties.
+            "extra_specs": EXTRA_SPECS,
+            "image_properties": IMAGE_PROPERTIES,
         },
         required=(
             "migration_uuid",

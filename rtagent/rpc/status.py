@@ -76,6 +76,35 @@ def node_status(snapshot, sync=None, now=None):
             ],
             "missing_instances": list(drift.missing if drift else ()),
         },
+        "numa": _numa(snapshot),
         "sync": dict(sync) if sync else None,
         "generated_at": now,
+    }
+
+
+def _numa(snapshot):
+    """Per cell: dedicated CPUs and who keeps them, huge pages; and the
+    claims that keep CPUs no longer dedicated. None without cells."""
+    if not snapshot.numa_cells and not snapshot.numa_lost:
+        return None
+    owners = {}
+    for consumer, claim in snapshot.numa_claims:
+        for cpu in claim.pinned:
+            owners[cpu] = consumer
+    return {
+        "cells": [
+            {
+                "id": cell.id,
+                "dedicated_cpus": sorted(cell.pcpuset),
+                "pinned": {str(cpu): owners.get(cpu) for cpu in sorted(cell.pinned)},
+                "memory_mb": cell.memory_mb,
+                "memory_used_mb": cell.memory_usage,
+                "huge_pages": [
+                    {"size_kb": p.size_kb, "total": p.total, "used": p.used, "reserved": p.reserved}
+                    for p in cell.pages[1:]
+                ],
+            }
+            for cell in snapshot.numa_cells
+        ],
+        "lost_cpus": {consumer: list(cpus) for consumer, cpus in snapshot.numa_lost.items()},
     }

@@ -3,11 +3,15 @@
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors
 from rtagent.tracker.model import RELEASED_VM_STATES
-from rtagent.tracker.state import ensure_fits
+from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
-def claim_instance(state, ctx, instance, limits=None, assigned_request=None):
+def claim_instance(state, ctx, instance, limits=None, assigned_request=None, *, guest=None):
     """``state`` with ``instance`` claimed on the node.
+
+    :param guest: the instance's NUMA topology
+        (:class:`~rtagent.numa.constraints.GuestTopology`), or None: its
+        cells are placed on the host's, pinning CPUs and taking pages.
 
     A repeated claim for the same instance and resources returns ``state``
     unchanged (callers may retry).
@@ -20,7 +24,7 @@ def claim_instance(state, ctx, instance, limits=None, assigned_request=None):
     state.check_not_pending(instance.uuid)
     existing = state.instances.get(instance.uuid)
     if existing is not None:
-        if dict(existing.resources) == dict(instance.resources):
+        if dict(existing.resources) == dict(instance.resources) and _same_cells(existing, guest):
             return state
         raise errors.InstanceClaimConflict(
             instance_uuid=instance.uuid,
@@ -41,7 +45,21 @@ def claim_instance(state, ctx, instance, limits=None, assigned_request=None):
         instance_uuid=instance.uuid,
         assigned_request=assigned_request,
     )
-    return state.with_instance(instance.replace(assigned=frozen_map(chosen)))
+    numa = None
+    if guest is not None:
+        numa = ensure_numa_fits(
+            state,
+            ctx,
+            guest.cells,
+            emulator_isolate=guest.emulator_isolate,
+            instance_uuid=instance.uuid,
+        )
+    return state.with_instance(instance.replace(assigned=frozen_map(chosen), numa=numa))
+
+
+def _same_cells(existing, guest):
+    held = existing.numa.guest_cells if existing.numa is not None else None
+    return held == (tuple(guest.cells) if guest is not None else None)
 
 
 def remove_instance(state, instance_uuid, token=None):

@@ -9,6 +9,7 @@ import dataclasses
 import math
 import types
 
+from rtagent.resources import PCPU
 from rtagent.tracker import errors
 from rtagent.tracker.model import (
     DEFERRED_LIMIT_KEYS,
@@ -20,6 +21,10 @@ from rtagent.tracker.model import (
     Inventory,
     frozen_map,
 )
+
+# Ratios that are not the operator's to choose: a dedicated CPU runs one
+# guest vCPU, whatever the configuration or Placement say (nova reports 1).
+FIXED_RATIOS = frozen_map({PCPU: 1.0})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,16 +38,24 @@ class ResourcePolicy:
     :param reserve_untracked: counted untracked domains' usage is reserved
         (in Placement and in the agent's own checks) rather than counted as
         used by the agent alone; see :mod:`.untracked`.
+    :param reserved_huge_pages: pages kept for the host, ``((NUMA cell id,
+        page size KiB, count), ...)`` sorted (``[DEFAULT]
+        reserved_huge_pages``, from :func:`rtagent.virt.hugepages.parse`).
+    :param numa_pack: NUMA guests go to the most used host cells first
+        (nova's ``packing_host_numa_cells_allocation_strategy``); False
+        spreads them, least used first.
     """
 
     reserved_host_cpus: int = 0
     reserved_host_memory_mb: int = 512
     reserved_host_disk_mb: int = 0
+    reserved_huge_pages: tuple = ()
     ratios: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     initial_ratios: types.MappingProxyType = dataclasses.field(
         default_factory=lambda: frozen_map({VCPU: 4.0, MEMORY_MB: 1.0, DISK_GB: 1.0})
     )
     reserve_untracked: bool = True
+    numa_pack: bool = False
 
     def reserved(self, rc):
         if rc == VCPU:
@@ -55,13 +68,16 @@ class ResourcePolicy:
         return 0
 
     def managed_ratio(self, rc):
-        """The configured ratio of ``rc``, or None when unset."""
+        """The configured ratio of ``rc``, or None when unset (a fixed
+        ratio, PCPU's, always counts as configured)."""
+        if rc in FIXED_RATIOS:
+            return FIXED_RATIOS[rc]
         return self.ratios.get(rc)
 
     def effective_ratio(self, rc, placement_ratio=None):
         """The ratio claims are checked with: configured, else Placement's
         (an operator may have set it through the API), else the initial one."""
-        configured = self.ratios.get(rc)
+        configured = self.managed_ratio(rc)
         if configured is not None:
             return configured
         if placement_ratio is not None:
@@ -70,12 +86,30 @@ class ResourcePolicy:
 
 
 def host_totals(host):
-    """Resource class -> total the host offers (0 when absent)."""
-    return {VCPU: host.vcpus, MEMORY_MB: host.memory_mb, DISK_GB: host.local_gb}
+    """Resource class -> total the host offers (0 when absent).
+
+    CPUs as nova's libvirt driver counts them: PCPU is
+    ``cpu_dedicated_set``; VCPU is ``cpu_shared_set``, or every online CPU
+    when neither set is given, or none when only the dedicated set is.
+    """
+    shared, dedicated = host.cpu_shared_set, host.cpu_dedicated_set
+    if shared is not None:
+        vcpus = len(shared)
+    elif dedicated:
+        vcpus = 0
+    else:
+        vcpus = host.vcpus
+    return {
+        VCPU: vcpus,
+        PCPU: len(dedicated or ()),
+        MEMORY_MB: host.memory_mb,
+        DISK_GB: host.local_gb,
+    }
 
 
 def inventories(host, policy, placement_ratios=None, resolve_ratios=True):
-    """Inventories of the standard classes for ``host``.
+    """Inventories of the classes the agent derives for ``host``
+    (:func:`host_totals`): PCPU reserves nothing and has ratio 1.0.
 
     A class with total 0 is left out: Placement refuses an inventory whose
     total is below 1. A reservation larger than the total is clamped to the

@@ -8,6 +8,7 @@ import dataclasses
 import types
 import uuid as uuidlib
 
+from rtagent.numa.claim import NumaClaim
 from rtagent.resources import (  # noqa: F401 - re-exported for the tracker's users
     DISK_GB,
     MEMORY_MB,
@@ -20,8 +21,9 @@ from rtagent.tracker import errors
 
 # The keys of Nova's scheduler ``limits`` dict that limit a resource class.
 LIMIT_KEYS = {"vcpu": VCPU, "memory_mb": MEMORY_MB, "disk_gb": DISK_GB}
-# Keys nova may send that this agent does not check yet (NUMA claims come
-# with their own issue); accepted so that such builds are not refused.
+# Keys nova may send that are not limits of a resource class: the NUMA
+# limits are the node's own allocation ratios (see rtagent.numa), so the
+# scheduler's copy of them is accepted and not read.
 DEFERRED_LIMIT_KEYS = frozenset({"numa_topology"})
 
 
@@ -78,6 +80,14 @@ def _frozen_ids(assigned):
     return frozen_map({rc: tuple(ids) for rc, ids in (assigned or {}).items()})
 
 
+def _numa_dict(claim):
+    return claim.to_dict() if claim is not None else None
+
+
+def _numa_value(data):
+    return NumaClaim.from_dict(data) if data else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Instance:
     """An instance whose usage this node holds.
@@ -86,6 +96,9 @@ class Instance:
     :param assigned: resource class -> identifiers claimed by this instance
         (e.g. specific devices), see :mod:`rtagent.tracker.assigned`.
     :param vm_state, task_state: nova's states, for the scheduler's stats.
+    :param numa: a :class:`~rtagent.numa.claim.NumaClaim` (its cells, pinned
+        CPUs and pages on this node), or None for a guest without a NUMA
+        topology.
     """
 
     uuid: str
@@ -96,6 +109,7 @@ class Instance:
     task_state: str | None = None
     project_id: str = ""
     assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
+    numa: NumaClaim | None = None
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -110,6 +124,7 @@ class Instance:
             "task_state": self.task_state,
             "project_id": self.project_id,
             "assigned": {rc: list(ids) for rc, ids in self.assigned.items()},
+            "numa": _numa_dict(self.numa),
         }
 
     @classmethod
@@ -123,6 +138,7 @@ class Instance:
             task_state=data.get("task_state"),
             project_id=data.get("project_id", ""),
             assigned=_frozen_ids(data.get("assigned")),
+            numa=_numa_value(data.get("numa")),
         )
 
 
@@ -151,6 +167,8 @@ class Migration:
     project_id: str = ""
     old_assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     new_assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
+    old_numa: NumaClaim | None = None
+    new_numa: NumaClaim | None = None
 
     @property
     def same_node(self):
@@ -175,6 +193,8 @@ class Migration:
             data[key] = dict(data[key])
         for key in ("old_assigned", "new_assigned"):
             data[key] = {rc: list(ids) for rc, ids in data[key].items()}
+        for key in ("old_numa", "new_numa"):
+            data[key] = _numa_dict(data[key])
         return data
 
     @classmethod
@@ -186,6 +206,8 @@ class Migration:
             data[key] = frozen_map(data[key])
         for key in ("old_assigned", "new_assigned"):
             data[key] = _frozen_ids(data.get(key))
+        for key in ("old_numa", "new_numa"):
+            data[key] = _numa_value(data.get(key))
         return cls(**data)
 
 
@@ -197,6 +219,7 @@ class Claim:
     (a retry): whoever rolls back must only undo what it created.
     ``token`` identifies a pending standalone claim this call created
     (see ``Tracker.instance_claim(pending=True)``), else None.
+    ``numa`` is where the guest's NUMA cells went, or None.
     """
 
     instance_uuid: str
@@ -204,6 +227,7 @@ class Claim:
     resources: types.MappingProxyType
     created: bool = True
     token: int | None = None
+    numa: NumaClaim | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +259,14 @@ class NodeSnapshot:
     :param healable: released consumers not active here again: the only
         ones healing may remove.
     :param pending: instances whose standalone claim is being written.
+    :param numa_cells: the node's NUMA cells
+        (:class:`~rtagent.numa.model.HostCell`) with the usage of every
+        claim and move held here: pinned CPUs, shared vCPUs, memory, pages.
+    :param numa_lost: consumer -> pinned host CPUs its claim keeps that are
+        no longer dedicated CPUs of their cell (for the operator).
+    :param numa_claims: ``((consumer, NumaClaim), ...)``: every NUMA claim
+        the node holds (instances, and moves as they count here), sorted by
+        consumer; ``numa_cells`` add up exactly these.
     """
 
     node_uuid: str
@@ -258,6 +290,9 @@ class NodeSnapshot:
     known_consumers: frozenset = frozenset()
     healable: frozenset = frozenset()
     pending: frozenset = frozenset()
+    numa_cells: tuple = ()
+    numa_lost: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
+    numa_claims: tuple = ()
 
     @property
     def hypervisor_hostname(self):

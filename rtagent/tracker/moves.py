@@ -19,10 +19,10 @@ state unchanged, so a retried call is harmless.
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors, ledger
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
-from rtagent.tracker.state import ensure_fits
+from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
-def start_move(state, ctx, migration, limits=None, assigned_request=None):
+def start_move(state, ctx, migration, limits=None, assigned_request=None, *, guest=None):
     """``state`` with ``migration`` recorded (and claimed where needed).
 
     What the node will hold is fit-checked exactly: where the instance lives
@@ -35,6 +35,9 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None):
     them as error). An incoming move makes the instance active here again:
     it is no longer released, so healing leaves its allocations alone.
 
+    :param guest: the NUMA topology the new flavor asks for, or None: at
+        the destination its cells are placed (the move's ``new_numa``); the
+        source keeps the instance's own as ``old_numa``.
     :raises InvalidClaimRequest: unknown type, the move does not involve
         this node, the instance is not where the move says, or the old
         flavor is not the one tracked.
@@ -62,16 +65,20 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None):
             raise errors.InvalidClaimRequest(
                 reason=f"instance {migration.instance_uuid} is not on source node {node}"
             )
-        if dict(migration.old_resources) != dict(here.resources):
+        # Compared by flavor sizes: the request does not carry the old
+        # flavor's extra specs, so it cannot tell which vCPUs are PCPU.
+        tracked = ledger.requested_resources(here.flavor, here.volume_backed)
+        if dict(migration.old_resources) != tracked:
             raise errors.InvalidClaimRequest(
                 reason=f"old_flavor of move {migration.uuid} asks for "
                 f"{dict(migration.old_resources)} but instance {here.uuid} holds "
-                f"{dict(here.resources)} on node {node}"
+                f"{tracked} on node {node}"
             )
         migration = migration.replace(
             old_flavor=here.flavor,
             old_resources=here.resources,
             old_assigned=here.assigned,
+            old_numa=here.numa,
             project_id=here.project_id,
         )
     if migration.dest_node == node:
@@ -90,7 +97,16 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None):
             instance_uuid=migration.instance_uuid,
             assigned_request=assigned_request,
         )
-        migration = migration.replace(new_assigned=frozen_map(chosen))
+        new_numa = None
+        if guest is not None:
+            new_numa = ensure_numa_fits(
+                state,
+                ctx,
+                guest.cells,
+                emulator_isolate=guest.emulator_isolate,
+                instance_uuid=migration.instance_uuid,
+            )
+        migration = migration.replace(new_assigned=frozen_map(chosen), new_numa=new_numa)
         state = state.forget_released([migration.instance_uuid])
     return state.with_migration(migration)
 
@@ -133,11 +149,12 @@ def finish_move(state, migration_uuid):
                 flavor=move.new_flavor,
                 resources=move.new_resources,
                 assigned=move.new_assigned,
+                numa=move.new_numa,
             )
         )
     elif move.dest_node == node:
         state = state.with_instance(
-            _landed(move, move.new_flavor, move.new_resources, move.new_assigned)
+            _landed(move, move.new_flavor, move.new_resources, move.new_assigned, move.new_numa)
         )
     else:
         state = state.without_instance(move.instance_uuid)
@@ -172,18 +189,19 @@ def revert_move(state, migration_uuid):
                     flavor=move.old_flavor,
                     resources=move.old_resources,
                     assigned=move.old_assigned,
+                    numa=move.old_numa,
                 )
             )
     elif move.dest_node == node:
         state = state.without_instance(move.instance_uuid)
     elif here is None:
         state = state.with_instance(
-            _landed(move, move.old_flavor, move.old_resources, move.old_assigned)
+            _landed(move, move.old_flavor, move.old_resources, move.old_assigned, move.old_numa)
         )
     return state.without_migrations([migration_uuid])
 
 
-def _landed(move, flavor, resources, assigned):
+def _landed(move, flavor, resources, assigned, numa):
     """The instance of ``move`` as it lives on this node after it landed."""
     return Instance(
         uuid=move.instance_uuid,
@@ -192,6 +210,7 @@ def _landed(move, flavor, resources, assigned):
         vm_state="active",
         project_id=move.project_id,
         assigned=assigned,
+        numa=numa,
     )
 
 

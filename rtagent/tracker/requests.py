@@ -1,12 +1,17 @@
 """Building checked values from a caller's claim and move requests.
 
 Pure and lock-free: a malformed request is refused here, before the
-tracker lock is taken, with :class:`~rtagent.tracker.errors.InvalidClaimRequest`.
+tracker lock is taken, with :class:`~rtagent.tracker.errors.InvalidClaimRequest`
+(or :class:`~rtagent.numa.errors.InvalidConstraint` for a flavor extra spec
+or image property).
 """
 
-from rtagent.resources import frozen_map
+from rtagent.numa import constraints
+from rtagent.resources import VCPU, frozen_map
 from rtagent.tracker import errors, ledger
 from rtagent.tracker.model import Flavor, Instance, Migration, check_uuid
+
+PCPU = "PCPU"
 
 
 def check_flavor(flavor):
@@ -15,13 +20,51 @@ def check_flavor(flavor):
     return flavor
 
 
-def instance(instance_uuid, flavor, *, volume_backed=False, project_id=""):
-    """The :class:`Instance` an instance claim asks for."""
+def topology(flavor, extra_specs=None, image_properties=None):
+    """The guest's NUMA topology (a
+    :class:`~rtagent.numa.constraints.GuestTopology`), or None when the
+    flavor and image ask for none.
+
+    :raises InvalidConstraint: an extra spec or image property is invalid
+        or conflicts with another (its ``key`` names it).
+    :raises InvalidClaimRequest: ``extra_specs`` or ``image_properties``
+        is not a mapping of strings.
+    """
+    check_flavor(flavor)
+    for name, value in (("extra_specs", extra_specs), ("image_properties", image_properties)):
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise errors.InvalidClaimRequest(reason=f"{name} must be a mapping of names to values")
+    return constraints.guest_topology(flavor.vcpus, flavor.memory_mb, extra_specs, image_properties)
+
+
+def resources(flavor, volume_backed=False, guest=None):
+    """What an instance of ``flavor`` takes from the node: its flavor's
+    classes, with pinned vCPUs (and an isolated emulator thread's CPU) as
+    PCPU instead of VCPU when ``guest`` (its topology) pins any."""
+    amounts = ledger.requested_resources(flavor, volume_backed)
+    if guest is None:
+        return amounts
+    pinned = sum(len(c.pcpuset) for c in guest.cells)
+    pcpus = pinned + (1 if guest.emulator_isolate else 0)
+    if pcpus:
+        amounts[PCPU] = pcpus
+        if flavor.vcpus - pinned:
+            amounts[VCPU] = flavor.vcpus - pinned
+        else:
+            amounts.pop(VCPU, None)
+    return amounts
+
+
+def instance(instance_uuid, flavor, *, volume_backed=False, project_id="", guest=None):
+    """The :class:`Instance` an instance claim asks for (its ``numa`` is
+    set by the claim, when ``guest`` gives a topology)."""
     check_flavor(flavor)
     return Instance(
         check_uuid(instance_uuid),
         flavor,
-        frozen_map(ledger.requested_resources(flavor, volume_backed)),
+        frozen_map(resources(flavor, volume_backed, guest)),
         volume_backed=bool(volume_backed),
         project_id=str(project_id or ""),
     )
@@ -37,9 +80,11 @@ def migration(
     old_flavor,
     new_flavor=None,
     volume_backed=False,
+    guest=None,
 ):
     """The :class:`Migration` a move asks for; ``new_flavor`` defaults to
-    ``old_flavor`` (migrations, live migrations, evacuations)."""
+    ``old_flavor`` (migrations, live migrations, evacuations); ``guest``
+    is the topology the new flavor asks for, or None."""
     new_flavor = check_flavor(new_flavor or old_flavor)
     check_flavor(old_flavor)
     return Migration(
@@ -51,5 +96,5 @@ def migration(
         old_flavor=old_flavor,
         new_flavor=new_flavor,
         old_resources=frozen_map(ledger.requested_resources(old_flavor, volume_backed)),
-        new_resources=frozen_map(ledger.requested_resources(new_flavor, volume_backed)),
+        new_resources=frozen_map(resources(new_flavor, volume_backed, guest)),
     )

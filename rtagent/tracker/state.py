@@ -16,7 +16,9 @@ import dataclasses
 import json
 import types
 
-from rtagent.resources import STANDARD_CLASSES, frozen_map
+from rtagent.numa import claim as numa_claim
+from rtagent.numa import model as numa_model
+from rtagent.resources import MEMORY_MB, STANDARD_CLASSES, VCPU, frozen_map
 from rtagent.tracker import assigned, errors, ledger, stats, untracked
 
 # Changes and changes() live in their own module; importable from here too.
@@ -71,6 +73,8 @@ class NodeState:
     :param policy: the :class:`~rtagent.tracker.ledger.ResourcePolicy`.
     :param inventories: resource class -> Inventory claims are checked
         against (derived from host, policy and Placement's ratios).
+    :param numa_cells: the host's NUMA cells as claims see them before any
+        usage (derived from host and policy, see :mod:`rtagent.numa.claim`).
     :param pending: instance UUID -> token of a standalone claim whose
         Placement write is in flight; other calls on it are refused with a
         retriable error until its caller settles it.
@@ -96,6 +100,7 @@ class NodeState:
     offered: types.MappingProxyType = dataclasses.field(default_factory=_empty)
     policy: ledger.ResourcePolicy = dataclasses.field(default_factory=ledger.ResourcePolicy)
     inventories: types.MappingProxyType = dataclasses.field(default_factory=_empty)
+    numa_cells: tuple = ()
     pending: types.MappingProxyType = dataclasses.field(default_factory=_empty)
     sums: InstanceSums | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -183,7 +188,44 @@ class NodeState:
             inventories=frozen_map(
                 ledger.inventories(state.host, state.policy, state.placement_ratios)
             ),
+            numa_cells=numa_claim.host_cells(
+                state.host.numa_cells,
+                state.host.cpu_shared_set,
+                state.host.cpu_dedicated_set,
+                state.policy.reserved_huge_pages,
+            ),
         )
+
+    def numa_held(self):
+        """(consumer, NumaClaim) for every NUMA claim the node holds, as
+        :func:`~rtagent.tracker.ledger.holdings` counts flavors: an instance
+        here holds its own; a same-node resize holds the old and the new
+        topology; an incoming move the new one, an outgoing move that has
+        left the old one. O(instances): read only for NUMA claims and
+        snapshots."""
+        held, replaced = [], set()
+        for move in ledger.latest_migrations(self.migrations.values()).values():
+            instance = self.instances.get(move.instance_uuid)
+            if instance is not None and not move.same_node:
+                continue
+            if move.same_node:
+                replaced.add(move.instance_uuid)
+                pairs = (move.old_numa, move.new_numa)
+            elif move.dest_node == self.node_uuid:
+                pairs = (move.new_numa,)
+            else:
+                pairs = (move.old_numa,)
+            held.extend((move.instance_uuid, c) for c in pairs if c is not None)
+        held.extend(
+            (i.uuid, i.numa)
+            for i in self.instances.values()
+            if i.numa is not None and i.uuid not in replaced
+        )
+        return held
+
+    def numa_usage(self):
+        """The node's NUMA cells with the usage of every claim held here."""
+        return numa_claim.with_usage(self.numa_cells, [c for _, c in self.numa_held()])
 
     # -- consumers -------------------------------------------------------
 
@@ -336,6 +378,38 @@ def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_reques
     return assigned.pick_from(ctx.offered, state.ids_in_use(), assigned_request, instance_uuid)
 
 
+def ensure_numa_fits(state, ctx, guest_cells, *, emulator_isolate, instance_uuid):
+    """Place ``guest_cells`` on the node's NUMA cells, given every NUMA
+    claim the node holds; shared vCPUs and memory overcommit by the node's
+    VCPU and MEMORY_MB ratios, pinned CPUs and pages never.
+
+    :returns: a :class:`~rtagent.numa.claim.NumaClaim`.
+    :raises ComputeResourcesUnavailable: no host cell layout fits.
+    """
+    if not state.numa_cells:
+        raise errors.ComputeResourcesUnavailable(
+            instance_uuid, ["NUMA: the guest asks for a NUMA topology; the host reports no cells"]
+        )
+    cells = state.numa_usage()
+    limits = numa_model.Limits(
+        cpu_allocation_ratio=_ratio(ctx.inventories, VCPU),
+        ram_allocation_ratio=_ratio(ctx.inventories, MEMORY_MB),
+    )
+    placed = numa_claim.place(
+        guest_cells, cells, limits, emulator_isolate=emulator_isolate, pack=state.policy.numa_pack
+    )
+    if placed is None:
+        raise errors.ComputeResourcesUnavailable(
+            instance_uuid, [numa_claim.refusal(guest_cells, cells, emulator_isolate)]
+        )
+    return placed
+
+
+def _ratio(inventories, rc):
+    inv = inventories.get(rc)
+    return inv.allocation_ratio if inv is not None and inv.allocation_ratio else 1.0
+
+
 def snapshot_of(state, count_untracked):
     """The :class:`~rtagent.tracker.model.NodeSnapshot` readers get of
     ``state``: sorted, with usage and stats computed (pure)."""
@@ -362,4 +436,16 @@ def snapshot_of(state, count_untracked):
         known_consumers=state.known_consumers(),
         healable=state.healable(),
         pending=frozenset(state.pending),
+        **_numa_fields(state),
     )
+
+
+def _numa_fields(state):
+    held = state.numa_held()
+    if not state.numa_cells and not held:
+        return {}
+    return {
+        "numa_cells": numa_claim.with_usage(state.numa_cells, [c for _, c in held]),
+        "numa_lost": frozen_map(numa_claim.lost_cpus(state.numa_cells, held)),
+        "numa_claims": tuple(sorted(held, key=lambda pair: pair[0])),
+    }

@@ -219,6 +219,8 @@ class Tracker:
         project_id="",
         assigned=None,
         pending=False,
+        extra_specs=None,
+        image_properties=None,
     ):
         """Claim ``flavor``'s resources for an instance; durable on return.
 
@@ -233,22 +235,30 @@ class Tracker:
             the instance get :class:`ClaimPending`, until the caller passes
             the returned ``Claim.token`` to :meth:`settle_pending` or
             :meth:`roll_back_pending`.
+        :param extra_specs, image_properties: the flavor's extra specs and
+            the image's properties (nova's ``hw:*`` / ``hw_*`` keys): a
+            guest that asks for a NUMA topology, pinned CPUs or a page size
+            gets cells placed on the host's (``Claim.numa``), and counts
+            its pinned vCPUs as PCPU.
         :raises InvalidClaimRequest: malformed UUID, flavor or limits.
+        :raises InvalidConstraint: an extra spec or image property is
+            invalid or conflicts with another.
         :raises NodeNotReady, HostUnavailable: claims cannot be checked now.
         :raises ComputeResourcesUnavailable: it does not fit; nothing changed.
         :raises InstanceClaimConflict: the instance holds a different claim.
         :raises ClaimPending: a standalone claim of the instance is in flight.
         :raises StateError: the durable write failed; nothing changed.
         """
+        guest = requests.topology(flavor, extra_specs, image_properties)
         instance = requests.instance(
-            instance_uuid, flavor, volume_backed=volume_backed, project_id=project_id
+            instance_uuid, flavor, volume_backed=volume_backed, project_id=project_id, guest=guest
         )
         checked_limits = ledger.check_limits(limits)
         token = next(self._tokens) if pending else None
 
         def claim(state):
             ctx = fit_context(state, self._count_untracked)
-            new = claims.claim_instance(state, ctx, instance, checked_limits, assigned)
+            new = claims.claim_instance(state, ctx, instance, checked_limits, assigned, guest=guest)
             if new is not state and token is not None:
                 new = new.with_pending(instance.uuid, token)
             return new
@@ -260,7 +270,10 @@ class Tracker:
             held = self._state.instances[instance.uuid]
         if created:
             LOG.info("Claimed %s for instance %s", dict(held.resources), held.uuid)
-        return Claim(held.uuid, self.node_uuid, held.resources, created, token if created else None)
+            if held.numa is not None:
+                LOG.info("Instance %s NUMA cells: %s", held.uuid, held.numa.describe())
+        token = token if created else None
+        return Claim(held.uuid, self.node_uuid, held.resources, created, token, held.numa)
 
     def settle_pending(self, instance_uuid, token):
         """The standalone claim's allocation is in Placement: the claim is an
@@ -345,32 +358,42 @@ class Tracker:
 
     # -- moves -----------------------------------------------------------
 
-    def start_move(self, *args, limits=None, assigned=None, **request):
+    def start_move(
+        self, *args, limits=None, assigned=None, extra_specs=None, image_properties=None, **request
+    ):
         """Record a move involving this node; at the destination, claim it.
 
         The move is described as :func:`rtagent.tracker.requests.migration`
         takes it (``new_flavor`` defaults to ``old_flavor``). Repeating the
         same start is harmless; see :func:`.moves.start_move` for what is
-        checked.
+        checked. ``extra_specs`` and ``image_properties`` are the new
+        flavor's and the image's, as for :meth:`instance_claim`: at the
+        destination, the guest's NUMA cells are placed (the move's
+        ``new_numa`` in the snapshot).
 
         :raises InvalidClaimRequest: malformed input, the move does not
             involve this node, or its old flavor is not the tracked one.
         :raises MoveConflict: the migration is recorded with other details.
         :raises ComputeResourcesUnavailable: the destination cannot fit it.
         :raises StateError: the durable write failed; nothing changed.
+        :returns: the :class:`~rtagent.tracker.model.Migration` as recorded
+            (its ``new_numa``: the cells placed at the destination).
         """
-        migration = requests.migration(*args, **request)
+        new_flavor = request.get("new_flavor") or request.get("old_flavor")
+        guest = requests.topology(new_flavor, extra_specs, image_properties)
+        migration = requests.migration(*args, guest=guest, **request)
         checked_limits = ledger.check_limits(limits)
 
         def start(state):
             ctx = None
             if migration.dest_node == self.node_uuid:
                 ctx = fit_context(state, self._count_untracked)
-            return moves.start_move(state, ctx, migration, checked_limits, assigned)
+            return moves.start_move(state, ctx, migration, checked_limits, assigned, guest=guest)
 
-        self._update("start_move", migration.uuid, start)
+        state = self._update("start_move", migration.uuid, start)
         LOG.info("Move recorded: %s", migration.describe())
-        return True
+        # None only if it was dropped at once (never: a start records it).
+        return state.migrations.get(migration.uuid)
 
     def set_migration_context(self, instance_uuid, migration_uuid=None):
         """The instance's current move is ``migration_uuid`` (None: none).

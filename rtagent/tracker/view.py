@@ -2,13 +2,18 @@
 function of a node snapshot.
 
 Field names and meanings are nova's ComputeNode's: ``memory_mb_used`` and
-``local_gb_used`` start at the host's reservation, ``vcpus_used`` does not.
+``local_gb_used`` start at the host's reservation, ``vcpus_used`` does not;
+``vcpus`` is the VCPU total (``cpu_shared_set``, or every online CPU when
+neither CPU set is given, 0 with ``cpu_dedicated_set`` alone), as nova's
+libvirt driver reports it.
 """
 
 import datetime
 import json
 
+from rtagent.numa.view import numa_topology
 from rtagent.resources import DISK_GB, MEMORY_MB, VCPU
+from rtagent.tracker import ledger
 
 
 def compute_node(snapshot, host_ip, now=None, metrics=()):
@@ -36,7 +41,7 @@ def compute_node(snapshot, host_ip, now=None, metrics=()):
         "hypervisor_type": host.hypervisor_type if host else None,
         "hypervisor_version": host.hypervisor_version if host else None,
         "host_ip": host_ip,
-        "vcpus": host.vcpus if host else 0,
+        "vcpus": ledger.host_totals(host)[VCPU] if host else 0,
         "vcpus_used": used.get(VCPU, 0),
         "memory_mb": memory_mb,
         "memory_mb_used": memory_used,
@@ -54,6 +59,7 @@ def compute_node(snapshot, host_ip, now=None, metrics=()):
         "cpu_info": cpu_info(host),
         "supported_instances": [list(s) for s in getattr(host, "supported_instances", ())],
         "metrics": metrics_list(metrics),
+        "numa_topology": numa_topology(snapshot.numa_cells),
         "updated_at": updated,
     }
 

@@ -32,3 +32,14 @@ class InvalidCPUSet(VirtError):
 
     code = "virt.invalid_cpu_set"
     msg_fmt = "[compute] {option} = {value!r}: {reason}"
+
+
+class InvalidReservedHugePages(VirtError):
+    """``[DEFAULT] reserved_huge_pages`` is malformed, or bad for this host.
+
+    ``field`` is the part of the entry at fault (``node``, ``size``,
+    ``count``, or the item that is not ``field:value``).
+    """
+
+    code = "virt.invalid_reserved_huge_pages"
+    msg_fmt = "[DEFAULT] reserved_huge_pages = {entry!r}: {field}: {reason}"

@@ -62,6 +62,35 @@ def test_bad_values_and_unknown_names_are_all_reported(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            "reserved_huge_pages = node:0,size:2048,count:-1\n",
+            "[DEFAULT] reserved_huge_pages = 'node:0,size:2048,count:-1': count: '-1' is not "
+            "an integer >= 0",
+        ),
+        # the demo host has no NUMA cells
+        (
+            "reserved_huge_pages = node:0,size:2048,count:1\n",
+            "[DEFAULT] reserved_huge_pages = 'node:0,size:2048,count:1': node: 0 is not a "
+            "NUMA cell of this host (cells: none)",
+        ),
+        (
+            "reserved_host_cpus = 2\n[compute]\ncpu_shared_set = 0,2\n",
+            "[DEFAULT] reserved_host_cpus: 2 cannot be used with [compute] cpu_shared_set; "
+            "set it to 0 (the CPUs left out of the sets are the host's)",
+        ),
+    ],
+)
+def test_reserved_cpus_and_huge_pages_are_one_line_each(tmp_path, extra, message):
+    conf = write_conf(tmp_path, extra=f"[DEFAULT]\n{extra}")
+    result = rtagent("--config-file", str(conf), "check-config")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"rtagent: error: {message}"]
+    assert not (tmp_path / "state").exists()
+
+
 def test_the_agent_warns_of_unknown_names_at_start(tmp_path):
     conf = write_conf(tmp_path, extra="[rtagent]\naudit_intervall = 5\n")
     result = rtagent("--config-file", str(conf), "audit")

@@ -138,6 +138,40 @@ def test_cpu_sets_of_online_cpus_start(tmp_path):
     assert re.search(r"rtagent \S+ audit --dry-run: config files ", result.stderr), result.stderr
 
 
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            "[DEFAULT]\nreserved_huge_pages = node:0,size:2048\n",
+            "[DEFAULT] reserved_huge_pages = 'node:0,size:2048': count: missing",
+        ),
+        (
+            "[DEFAULT]\nreserved_huge_pages = node:0,size:2048,count:1\n"
+            "reserved_huge_pages = node:0,size:3XB,count:1\n",
+            "[DEFAULT] reserved_huge_pages = 'node:0,size:3XB,count:1': size: '3XB' is not a "
+            "page size",
+        ),
+        # Well formed, but the demo host (libvirt's test driver) has no NUMA
+        # cells: refused before anything is written, as an audit would.
+        (
+            "[DEFAULT]\nreserved_huge_pages = node:0,size:2MB,count:1\n",
+            "[DEFAULT] reserved_huge_pages = 'node:0,size:2048,count:1': node: 0 is not a "
+            "NUMA cell of this host (cells: none)",
+        ),
+        (
+            "[DEFAULT]\nreserved_host_cpus = 1\n[compute]\ncpu_dedicated_set = 4\n",
+            "[DEFAULT] reserved_host_cpus: 1 cannot be used with [compute] cpu_dedicated_set",
+        ),
+    ],
+)
+def test_reserved_huge_pages_and_host_cpus(tmp_path, extra, message):
+    conf = write_conf(tmp_path, extra=extra)
+    for command in ("audit", "run"):
+        result = rtagent("--config-file", str(conf), command)
+        assert_one_line_exit_2(result, message)
+    assert not (tmp_path / "state").exists()
+
+
 def test_version_is_the_package_metadata():
     from importlib import metadata
 

@@ -36,6 +36,7 @@ from rtagent.tracker.model import Flavor
 from rtagent.tracker.store import Store
 from rtagent.tracker.tracker import Tracker
 from tests.unit.helpers import HOST
+from tests.unit.test_numa_claims import NUMA_HOST, PINNED
 
 pytestmark = pytest.mark.functional
 
@@ -43,6 +44,8 @@ SELF_CONFIRMING = {"live-migration", "evacuation"}
 # The second node of a two-node agent; the first is the compute_id node.
 SECOND_NODE = "bbbbbbbb-0000-4000-8000-000000000002"
 HOSTS = (HOST, dataclasses.replace(HOST, hypervisor_hostname="node2"))
+# NUMA hosts (2 cells, dedicated CPUs 2,3,6,7): some claims and moves pin.
+NUMA_HOSTS = (NUMA_HOST, dataclasses.replace(NUMA_HOST, hypervisor_hostname="node2"))
 OTHER = "99999999-9999-9999-9999-999999999999"  # a node of another agent
 
 _FORK = multiprocessing.get_context("forkserver")
@@ -52,31 +55,32 @@ _FORK.set_forkserver_preload([__name__])
 lockutils.ReaderWriterLock()
 
 
-def open_nodes(state_path, count):
+def open_nodes(state_path, count, numa=False):
     """``count`` trackers over one store in ``state_path``, hosts read."""
     store = Store(str(state_path))
     first = identity.load_or_create(str(state_path), store)
     policy = ResourcePolicy(reserved_host_memory_mb=0)
     trackers = [Tracker(u, store, policy) for u in (first, SECOND_NODE)[:count]]
-    snaps = [t.update_host(h) for t, h in zip(trackers, HOSTS, strict=False)]
+    hosts = NUMA_HOSTS if numa else HOSTS
+    snaps = [t.update_host(h) for t, h in zip(trackers, hosts, strict=False)]
     return trackers, snaps, store
 
 
 # -- the worker (runs in the child) ---------------------------------------
 
 
-def worker(conn, state_path, seed, count, resume):
+def worker(conn, state_path, seed, count, resume, numa):
     """Call random steps until killed; say each call before and after."""
     try:
-        _work(conn, state_path, seed, count, resume)
+        _work(conn, state_path, seed, count, resume, numa)
     except BaseException:
         conn.send_bytes(("E " + traceback.format_exc()).encode())
         raise
 
 
-def _work(conn, state_path, seed, count, resume):
+def _work(conn, state_path, seed, count, resume, numa):
     rng = random.Random(seed)
-    trackers, _, _ = open_nodes(state_path, count)
+    trackers, _, _ = open_nodes(state_path, count, numa)
     nodes = [t.node_uuid for t in trackers]
 
     def say(line):
@@ -96,16 +100,17 @@ def _work(conn, state_path, seed, count, resume):
     if resume:
         run(resume)
     while True:
-        run(_pick_step(rng, trackers, nodes))
+        run(_pick_step(rng, trackers, nodes, numa))
 
 
 def _call(tracker, op):
+    # A claim's or a start's last element says whether the guest is pinned.
     if op[0] == "claim":
-        tracker.instance_claim(op[1], Flavor(*op[2]))
+        tracker.instance_claim(op[1], Flavor(*op[2]), extra_specs=PINNED if op[3] else None)
     elif op[0] == "abort":
         tracker.abort_instance_claim(op[1])
     elif op[0] == "start":
-        _, mig, mtype, inst, source, dest, old, new = op
+        _, mig, mtype, inst, source, dest, old, new, pinned = op
         tracker.start_move(
             mig,
             inst,
@@ -114,17 +119,21 @@ def _call(tracker, op):
             dest_node=dest,
             old_flavor=Flavor(*old),
             new_flavor=Flavor(*new),
+            extra_specs=PINNED if pinned else None,
         )
     else:
         getattr(tracker, op[0] + "_move")(op[1])
 
 
-def _pick_step(rng, trackers, nodes):
+def _pick_step(rng, trackers, nodes, numa):
     """A random step as a list of (node index, call); a move's step lists
     every node of this agent that the move involves."""
 
     def flavor():
-        return [1, rng.randint(1, 8), rng.randint(0, 2)]
+        return [rng.randint(1, 2) if numa else 1, rng.randint(1, 8), rng.randint(0, 2)]
+
+    def pins():
+        return numa and rng.random() < 0.5
 
     snaps = [t.snapshot() for t in trackers]
     moving = {m.instance_uuid for s in snaps for m in s.migrations}
@@ -144,22 +153,26 @@ def _pick_step(rng, trackers, nodes):
         old = flavor()
         new = flavor() if mtype == "resize" else old
         inst = str(uuid.uuid4())
-        return [[n, ["start", str(uuid.uuid4()), mtype, inst, OTHER, nodes[n], old, new]]]
+        op = ["start", str(uuid.uuid4()), mtype, inst, OTHER, nodes[n], old, new, pins()]
+        return [[n, op]]
     if kind in ("claim", "finish", "confirm", "revert") or not idle:
-        return [[rng.randrange(len(nodes)), ["claim", str(uuid.uuid4()), flavor()]]]
+        return [[rng.randrange(len(nodes)), ["claim", str(uuid.uuid4()), flavor(), pins()]]]
     n, inst = rng.choice(idle)
     old = [inst.flavor.vcpus, inst.flavor.memory_mb, inst.flavor.root_gb]
+    pinned = inst.numa is not None
     if kind == "abort":
         return [[n, ["abort", inst.uuid]]]
     if kind == "same":
         mig = str(uuid.uuid4())
-        return [[n, ["start", mig, "resize", inst.uuid, nodes[n], nodes[n], old, flavor()]]]
+        op = ["start", mig, "resize", inst.uuid, nodes[n], nodes[n], old, flavor(), pinned]
+        return [[n, op]]
     mtype = rng.choice(["resize", "migration", "live-migration"])
     new = flavor() if mtype == "resize" else old
     if kind == "out":
-        return [[n, ["start", str(uuid.uuid4()), mtype, inst.uuid, nodes[n], OTHER, old, new]]]
+        op = ["start", str(uuid.uuid4()), mtype, inst.uuid, nodes[n], OTHER, old, new, pinned]
+        return [[n, op]]
     dest = 1 - n  # cross: between the two nodes of this agent
-    op = ["start", str(uuid.uuid4()), mtype, inst.uuid, nodes[n], nodes[dest], old, new]
+    op = ["start", str(uuid.uuid4()), mtype, inst.uuid, nodes[n], nodes[dest], old, new, pinned]
     return [[dest, op], [n, op]]  # the destination first: it claims
 
 
@@ -182,7 +195,7 @@ class Model:
             self.instances.pop(op[1], None)
             self.moves = {k: m for k, m in self.moves.items() if m["inst"] != op[1]}
         elif kind == "start":
-            _, mig, mtype, inst, source, dest, old, new = op
+            _, mig, mtype, inst, source, dest, old, new, _ = op
             if mig in self.moves:
                 return  # a repeated start changes nothing
             role = "same" if source == dest else ("source" if source == self.node else "dest")
@@ -249,27 +262,50 @@ class Model:
         )
 
 
-def restored(tmp_path, count):
+def restored(tmp_path, count, numa=False):
     """Reopen the state directory: per node, (view, usage) as the store holds it."""
-    trackers, snaps, store = open_nodes(tmp_path, count)
+    trackers, snaps, store = open_nodes(tmp_path, count, numa)
     store.close()
     result = []
     for snap in snaps:
+        check_pins(snap)
         instances = {
             i.uuid: (i.flavor.vcpus, i.flavor.memory_mb, i.flavor.root_gb) for i in snap.instances
         }
         moves = {m.uuid: (m.instance_uuid, m.status == "finished") for m in snap.migrations}
-        usage = (snap.usage["VCPU"], snap.usage["MEMORY_MB"], snap.usage["DISK_GB"])
+        vcpus = snap.usage.get("VCPU", 0) + snap.usage.get("PCPU", 0)
+        usage = (vcpus, snap.usage["MEMORY_MB"], snap.usage["DISK_GB"])
         result.append(((instances, moves), usage))
     return [t.node_uuid for t in trackers], result
 
 
-def run_worker(tmp_path, seed, count, resume, wanted):
+def pinned_claims(tmp_path, count, numa):
+    """How many claims with pinned CPUs the nodes hold now."""
+    _, snaps, store = open_nodes(tmp_path, count, numa)
+    store.close()
+    return sum(1 for snap in snaps for _, claim in snap.numa_claims if claim.pinned)
+
+
+def check_pins(snap):
+    """Every dedicated CPU is kept by at most one claim the node holds, and
+    the cells' pinned CPUs are exactly those claims' CPUs."""
+    owner = {}
+    for consumer, claim in snap.numa_claims:
+        for cpu in claim.pinned:
+            assert cpu not in owner or owner[cpu] == consumer, (
+                f"CPU {cpu} kept by {owner[cpu]} and {consumer}"
+            )
+            owner[cpu] = consumer
+    assert set().union(*(c.pinned for c in snap.numa_cells)) == set(owner)
+    assert set(owner) <= (snap.host.cpu_dedicated_set or set())
+
+
+def run_worker(tmp_path, seed, count, resume, wanted, numa=False):
     """Fork a worker, read ``wanted`` of its lines, SIGKILL it; every line it
     sent before dying."""
     reader, writer = _FORK.Pipe(duplex=False)
     proc = _FORK.Process(
-        target=worker, args=(writer, str(tmp_path), seed, count, resume), daemon=True
+        target=worker, args=(writer, str(tmp_path), seed, count, resume, numa), daemon=True
     )
     proc.start()
     writer.close()
@@ -319,19 +355,24 @@ def replay(models, lines):
     return in_flight, rest
 
 
-@pytest.mark.parametrize("count, rounds", [(1, 50), (2, 50)], ids=["one-node", "two-nodes"])
-def test_acknowledged_operations_survive_sigkill(tmp_path, count, rounds):
+@pytest.mark.parametrize(
+    "count, rounds, numa",
+    [(1, 50, False), (2, 50, False), (2, 50, True)],
+    ids=["one-node", "two-nodes", "two-numa-nodes"],
+)
+def test_acknowledged_operations_survive_sigkill(tmp_path, count, rounds, numa):
     seed = int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
-    nodes, _ = restored(tmp_path, count)
+    nodes, _ = restored(tmp_path, count, numa)
     models = [Model(node) for node in nodes]
-    acknowledged, crossed, resume = 0, 0, None
+    acknowledged, crossed, resume, pinned = 0, 0, None, 0
     for round_ in range(rounds):
-        lines = run_worker(tmp_path, rng.randrange(2**31), count, resume, rng.randint(1, 80))
+        lines = run_worker(tmp_path, rng.randrange(2**31), count, resume, rng.randint(1, 80), numa)
         acknowledged += lines.count("A")
         crossed += sum(1 for line in lines if line.startswith("S ") and _crosses(line, nodes))
         in_flight, resume = replay(models, lines)
-        _, state = restored(tmp_path, count)
+        _, state = restored(tmp_path, count, numa)
+        pinned += pinned_claims(tmp_path, count, numa)
         candidates = [models]
         if in_flight is not None:
             landed = copy.deepcopy(models)
@@ -347,6 +388,7 @@ def test_acknowledged_operations_survive_sigkill(tmp_path, count, rounds):
             assert usage == model.usage(), f"round {round_} (seed {seed}): node {node} usage"
     assert acknowledged > rounds  # the worker really worked
     assert crossed > 0 or count == 1  # and moved instances between its nodes
+    assert pinned > 0 or not numa  # and pinned CPUs
 
 
 def _crosses(step_line, nodes):

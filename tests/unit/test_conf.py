@@ -107,3 +107,61 @@ def test_zero_ratio_means_unset_as_in_nova(tmp_path):
     policy = builder.policy_from_conf(conf)
     assert policy.managed_ratio(MEMORY_MB) is None
     assert policy.managed_ratio(VCPU) is None
+
+
+@pytest.mark.parametrize(
+    ("compute", "refused"),
+    [
+        ("cpu_shared_set = 0-3\n", "[compute] cpu_shared_set"),
+        ("cpu_dedicated_set = 4-7\n", "[compute] cpu_dedicated_set"),
+        (
+            "cpu_shared_set = 0-3\ncpu_dedicated_set = 4-7\n",
+            "[compute] cpu_shared_set and cpu_dedicated_set",
+        ),
+    ],
+)
+def test_reserved_host_cpus_is_refused_beside_a_cpu_set(tmp_path, compute, refused):
+    text = f"[DEFAULT]\nstate_path = {tmp_path}\nreserved_host_cpus = 2\n[compute]\n{compute}"
+    with pytest.raises(validation.ConfigError) as info:
+        validation.validate(load(tmp_path, text))
+    assert str(info.value) == (
+        f"[DEFAULT] reserved_host_cpus: 2 cannot be used with {refused}; set it to 0 "
+        "(the CPUs left out of the sets are the host's)"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[DEFAULT]\nreserved_host_cpus = 2\n",  # no set: nova's rule of old
+        "[DEFAULT]\nreserved_host_cpus = 0\n[compute]\ncpu_dedicated_set = 4-7\n",
+        "[DEFAULT]\nreserved_host_cpus = 2\n[compute]\ncpu_shared_set =\n",  # blank is unset
+    ],
+)
+def test_reserved_host_cpus_without_a_cpu_set_is_fine(tmp_path, text):
+    validation.validate(load(tmp_path, f"[DEFAULT]\nstate_path = {tmp_path}\n" + text))
+
+
+def test_reserved_huge_pages_is_multi_valued_and_on_the_policy(tmp_path):
+    from rtagent import builder
+
+    conf = load(
+        tmp_path,
+        f"[DEFAULT]\nstate_path = {tmp_path}\n"
+        "reserved_huge_pages = node:1,size:1GB,count:1\n"
+        "reserved_huge_pages = node:0,size:2048,count:64\n",
+    )
+    validation.validate(conf)
+    assert builder.policy_from_conf(conf).reserved_huge_pages == ((0, 2048, 64), (1, 1048576, 1))
+
+
+def test_malformed_reserved_huge_pages_are_refused_by_validation(tmp_path):
+    from rtagent.virt import errors
+
+    conf = load(
+        tmp_path,
+        f"[DEFAULT]\nstate_path = {tmp_path}\nreserved_huge_pages = node:0,size:2048\n",
+    )
+    with pytest.raises(errors.InvalidReservedHugePages) as info:
+        validation.validate(conf)
+    assert str(info.value) == "[DEFAULT] reserved_huge_pages = 'node:0,size:2048': count: missing"

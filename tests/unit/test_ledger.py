@@ -2,6 +2,7 @@
 
 import pytest
 
+from rtagent.resources import PCPU
 from rtagent.tracker import errors, ledger
 from rtagent.tracker.model import DISK_GB, MEMORY_MB, VCPU, Flavor, Instance, frozen_map
 from rtagent.virt.host import HostView
@@ -62,6 +63,69 @@ def test_inventories_unresolved_leave_unset_ratios_none():
     invs = ledger.inventories(HOST, policy(ratios={VCPU: 2.0}), resolve_ratios=False)
     assert invs[VCPU].allocation_ratio == 2.0
     assert invs[MEMORY_MB].allocation_ratio is None
+
+
+def cpu_host(shared=None, dedicated=None):
+    """An 8-CPU host (CPUs 0-7 online) with the given CPU sets."""
+    return HostView(
+        "n",
+        "QEMU",
+        1,
+        vcpus=8,
+        memory_mb=1024,
+        local_gb=10,
+        cpu_shared_set=frozenset(shared) if shared is not None else None,
+        cpu_dedicated_set=frozenset(dedicated) if dedicated is not None else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "pol", "placement", "expected"),
+    [
+        # neither set: VCPU is every online CPU, with the usual rules; no PCPU
+        (cpu_host(), policy(), {}, {VCPU: (8, 0, 4.0)}),
+        (cpu_host(), policy(reserved_host_cpus=2), {}, {VCPU: (8, 2, 4.0)}),
+        # dedicated only: PCPU, and no VCPU at all (nova's libvirt driver)
+        (cpu_host(dedicated={4, 5, 6, 7}), policy(), {}, {PCPU: (4, 0, 1.0)}),
+        # shared only: VCPU is the shared set, with the configured ratio
+        (cpu_host(shared={0, 1}), policy(ratios={VCPU: 16.0}), {}, {VCPU: (2, 0, 16.0)}),
+        # both: each its own; the host's CPUs outside them count for neither
+        (
+            cpu_host(shared={0, 1, 2}, dedicated={4, 5}),
+            policy(ratios={VCPU: 2.0}),
+            {},
+            {VCPU: (3, 0, 2.0), PCPU: (2, 0, 1.0)},
+        ),
+        # PCPU's ratio is 1.0 whatever the configuration or Placement say;
+        # VCPU takes Placement's when none is configured
+        (
+            cpu_host(shared={0}, dedicated={1, 2}),
+            policy(ratios={PCPU: 8.0}, initial_ratios={VCPU: 4.0, PCPU: 16.0}),
+            {VCPU: 3.0, PCPU: 4.0},
+            {VCPU: (1, 0, 3.0), PCPU: (2, 0, 1.0)},
+        ),
+    ],
+)
+def test_cpu_inventories(host, pol, placement, expected):
+    invs = ledger.inventories(host, pol, placement)
+    got = {rc: (i.total, i.reserved, i.allocation_ratio) for rc, i in invs.items()}
+    assert {rc: v for rc, v in got.items() if rc in (VCPU, PCPU)} == expected
+    for rc in (VCPU, PCPU):
+        if rc in invs:
+            assert (invs[rc].min_unit, invs[rc].max_unit, invs[rc].step_size) == (
+                1,
+                invs[rc].total,
+                1,
+            )
+
+
+def test_pcpu_ratio_is_managed_in_the_desired_view_too():
+    # resolve_ratios=False is what Placement is told: PCPU's 1.0 is pushed
+    # (an operator's PCPU ratio is put back), VCPU's unset one is left alone.
+    host = cpu_host(shared={0}, dedicated={1})
+    invs = ledger.inventories(host, policy(ratios={PCPU: 8.0}), resolve_ratios=False)
+    assert invs[PCPU].allocation_ratio == 1.0
+    assert invs[VCPU].allocation_ratio is None
 
 
 def test_zero_total_class_is_left_out():

@@ -160,6 +160,34 @@ def test_compute_node_view_fields():
     assert cn["stats"]["num_instances"] == "1"
 
 
+@pytest.mark.parametrize(
+    ("shared", "dedicated", "vcpus", "ratio"),
+    [
+        (None, None, 16, 4.0),  # every online CPU
+        (frozenset({0, 1, 2}), None, 3, 4.0),
+        (frozenset({0, 1}), frozenset({2, 3}), 2, 4.0),
+        (None, frozenset({2, 3}), 0, None),  # no VCPU inventory, as nova reports
+    ],
+)
+def test_compute_node_vcpus_is_the_vcpu_total(shared, dedicated, vcpus, ratio):
+    host = HostView(
+        "node1",
+        "QEMU",
+        1,
+        vcpus=16,
+        memory_mb=1024,
+        local_gb=10,
+        cpu_shared_set=shared,
+        cpu_dedicated_set=dedicated,
+    )
+    policy = ResourcePolicy()
+    snap = NodeSnapshot(
+        "n", host, frozen_map(inventories(host, policy)), frozen_map({}), (), policy=policy
+    )
+    cn = view.compute_node(snap, "192.0.2.7")
+    assert (cn["vcpus"], cn["cpu_allocation_ratio"]) == (vcpus, ratio)
+
+
 def test_restart_report_says_what_to_do():
     snap = NodeSnapshot(
         node_uuid="n",

@@ -10,7 +10,7 @@ import os
 
 import libvirt
 
-from rtagent.virt import driver, errors, host
+from rtagent.virt import driver, errors, host, hugepages
 from rtagent.virt.libvirt import calls as calls_mod
 from rtagent.virt.libvirt import connection, facts
 from rtagent.virt.libvirt import events as _events
@@ -50,6 +50,9 @@ class LibvirtDriver(driver.HostDriver):
         (see :mod:`rtagent.virt.libvirt.connection` for why read-write).
     :param cpu_shared_set: ``[compute] cpu_shared_set`` (nova's syntax), or None.
     :param cpu_dedicated_set: ``[compute] cpu_dedicated_set``, or None.
+    :param reserved_huge_pages: ``[DEFAULT] reserved_huge_pages`` parsed
+        (:func:`rtagent.virt.hugepages.parse`), checked against the NUMA
+        cells of every reading.
     :param events: run libvirt's event loop (process-wide, started before the
         first open) for lifecycle events, close detection and keepalive.
     :param on_change: callable with no arguments, called (from the event
@@ -84,6 +87,7 @@ class LibvirtDriver(driver.HostDriver):
         *,
         cpu_shared_set=None,
         cpu_dedicated_set=None,
+        reserved_huge_pages=(),
         events=False,
         on_change=None,
         keepalive=(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT),
@@ -97,6 +101,7 @@ class LibvirtDriver(driver.HostDriver):
         self._statvfs = statvfs
         self._shared = cpusets.parse_cpu_spec("cpu_shared_set", cpu_shared_set)
         self._dedicated = cpusets.parse_cpu_spec("cpu_dedicated_set", cpu_dedicated_set)
+        self._reserved_pages = tuple(reserved_huge_pages)
         self._events = events
         self._keepalive = keepalive
         self._on_change = on_change
@@ -136,6 +141,8 @@ class LibvirtDriver(driver.HostDriver):
             e.g. ``instances_path`` does not exist.
         :raises rtagent.virt.errors.InvalidCPUSet: a configured CPU set names
             CPUs the host does not have online, or the sets overlap.
+        :raises rtagent.virt.errors.InvalidReservedHugePages: a reservation
+            names a cell, page size or more pages the host does not have.
         """
         # Disk first: a missing instances path is a config error best reported
         # without touching libvirt.
@@ -173,6 +180,7 @@ class LibvirtDriver(driver.HostDriver):
             **hypervisor.hypervisor(found.hv_type, found.version, found.hostname),
         )
         view.update(self._capabilities(found))
+        hugepages.check(self._reserved_pages, view.get("numa_cells", ()))
         return host.HostView(**view)
 
     def _metrics(self, found):

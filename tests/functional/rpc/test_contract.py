@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from rtagent.rpc import endpoint, schemas
+from rtagent.rpc import endpoint, errors, schemas
 from rtagent.rpc.errors import InvalidRequest
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "rpc-api.md")
@@ -35,6 +35,10 @@ def test_the_endpoint_serves_exactly_the_documented_methods():
 
 UUID = "0b1e4c6e-8f49-4f0c-9d5e-1f2a3b4c5d6e"
 NAN = float("nan")
+
+
+def claim_with(**extra):
+    return {"instance_uuid": UUID, "flavor": {"vcpus": 1, "memory_mb": 1}, **extra}
 
 
 def _deep(levels):
@@ -114,6 +118,75 @@ DEEP = _deep(3000)
             },
             "limits.numa_topology.c" + ".0" * 29,
         ),
+        # 1.3: extra_specs and image_properties are bounded, whatever keys they hold
+        *[
+            ("instance_claim", claim_with(**extra), path)
+            for extra, path in [
+                ({"extra_specs": ["hw:cpu_policy", "dedicated"]}, "extra_specs"),
+                ({"extra_specs": "hw:cpu_policy=dedicated"}, "extra_specs"),
+                ({"extra_specs": {"hw:numa_nodes": 2}}, "extra_specs.hw:numa_nodes"),
+                ({"extra_specs": {"hw:cpu_policy": None}}, "extra_specs.hw:cpu_policy"),
+                ({"extra_specs": {"hw:cpu_policy": "d" * 256}}, "extra_specs.hw:cpu_policy"),
+                ({"extra_specs": {"k" * 256: "v"}}, "extra_specs"),
+                ({"extra_specs": {"": "v"}}, "extra_specs"),
+                ({"extra_specs": {f"spec:{i}": "v" for i in range(257)}}, "extra_specs"),
+                ({"extra_specs": {"hw:cpu_policy": "dedicated\n"}}, "extra_specs.hw:cpu_policy"),
+                ({"extra_specs": {"a\u202eb": "v"}}, "extra_specs.a\\u202eb"),
+                ({"extra_specs": {"hw:cpu_policy": {"x": []}}}, "extra_specs.hw:cpu_policy"),
+                # CPU lists that would take hours to expand
+                ({"extra_specs": {"hw:numa_cpus.0": "0-9999999999"}}, "extra_specs.hw:numa_cpus.0"),
+                ({"extra_specs": {"hw:numa_cpus.1": "0-1,^99999"}}, "extra_specs.hw:numa_cpus.1"),
+                (
+                    {"extra_specs": {"hw:cpu_dedicated_mask": "0-9_999_999_999"}},
+                    "extra_specs.hw:cpu_dedicated_mask",
+                ),
+                (
+                    {"extra_specs": {"hw:cpu_dedicated_mask": "0-\u0669\u0669\u0669\u0669\u0669"}},
+                    "extra_specs.hw:cpu_dedicated_mask",
+                ),
+                (
+                    {"image_properties": {"hw_numa_cpus.0": "0-99999999"}},
+                    "image_properties.hw_numa_cpus.0",
+                ),
+                ({"image_properties": [["hw_numa_nodes", 2]]}, "image_properties"),
+                ({"image_properties": {"hw_numa_nodes": 2.0}}, "image_properties.hw_numa_nodes"),
+                ({"image_properties": {"hw_numa_nodes": [2]}}, "image_properties.hw_numa_nodes"),
+                ({"image_properties": {"hw_numa_nodes": 2**63}}, "image_properties.hw_numa_nodes"),
+                (
+                    {"image_properties": {"img_signature": "s" * 4097}},
+                    "image_properties.img_signature",
+                ),
+                ({"image_properties": {"k" * 256: 1}}, "image_properties"),
+                ({"image_properties": {f"p{i}": True for i in range(257)}}, "image_properties"),
+                ({"image_properties": {"hw_numa_nodes": NAN}}, "image_properties.hw_numa_nodes"),
+            ]
+        ],
+        (
+            "start_move",
+            {
+                "migration_uuid": UUID,
+                "instance_uuid": UUID,
+                "migration_type": "resize",
+                "source_node": UUID,
+                "dest_node": UUID,
+                "old_flavor": {"vcpus": 1, "memory_mb": 1},
+                "extra_specs": {"hw:cpu_policy": 1},
+            },
+            "extra_specs.hw:cpu_policy",
+        ),
+        (
+            "start_move",
+            {
+                "migration_uuid": UUID,
+                "instance_uuid": UUID,
+                "migration_type": "resize",
+                "source_node": UUID,
+                "dest_node": UUID,
+                "old_flavor": {"vcpus": 1, "memory_mb": 1},
+                "image_properties": {"hw_numa_cpus.0": "0-123456"},
+            },
+            "image_properties.hw_numa_cpus.0",
+        ),
     ],
 )
 def test_validation_names_the_argument(method, args, path):
@@ -136,3 +209,42 @@ def test_valid_arguments_pass():
             "node_uuid": UUID,
         },
     )
+
+
+def test_valid_specs_and_properties_pass():
+    """Keys the agent does not read, every value type an image property
+    takes, and the bounds themselves."""
+    endpoint.validate(
+        "instance_claim",
+        claim_with(
+            extra_specs={
+                "hw:cpu_policy": "dedicated",
+                "hw:numa_cpus.0": "0-4095,^4000",
+                "hw:cpu_dedicated_mask": "^0",
+                "quota:cpu_shares": "1024",
+                "aggregate_instance_extra_specs:ssd": "true",
+                "k" * 255: "v" * 255,
+                **{f"spec:{i}": "" for i in range(250)},
+            },
+            image_properties={
+                "hw_numa_nodes": 2,
+                "hw_numa_cpus.0": 1,
+                "hw_numa_cpus.1": "1-3",
+                "hw_qemu_guest_agent": True,
+                "os_distro": None,
+                "min_disk": -(2**63),
+                "img_signature": "s" * 4096,
+                "description": "Débian 12 \u2014 “bookworm”",
+            },
+        ),
+    )
+    endpoint.validate("instance_claim", claim_with(extra_specs=None, image_properties=None))
+    endpoint.validate("instance_claim", claim_with(extra_specs={}, image_properties={}))
+
+
+def test_the_error_table_marks_exactly_the_retriable_codes():
+    text = open(DOC, encoding="utf-8").read()
+    table = text.split("### Error codes", 1)[1].split("\n\n", 2)[1]
+    rows = re.findall(r"^\| `([a-z_.]+)`( \\\*)? \|", table, re.M)
+    assert {code for code, star in rows if star} == errors.RETRIABLE
+    assert {"numa.invalid_constraint", "rpc.invalid_request"} <= {code for code, _ in rows}

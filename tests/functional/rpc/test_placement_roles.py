@@ -128,6 +128,7 @@ def test_get_instance_reads_back_claims_moves_and_releases(served, client):
             "project_id": "p",
             "vm_state": "active",
             "task_state": None,
+            "numa": None,
         },
         "pending": False,
         "released": False,

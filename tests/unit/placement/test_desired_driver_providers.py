@@ -8,7 +8,7 @@ import pytest
 
 from rtagent.placement.desired import desired_tree, driver_providers
 from rtagent.placement.tree import Provider
-from rtagent.resources import DISK_GB, MEMORY_MB, VCPU, Inventory, frozen_map
+from rtagent.resources import DISK_GB, MEMORY_MB, PCPU, VCPU, Inventory, frozen_map
 from rtagent.virt.host import ProviderFacts
 from tests.unit.helpers import HOST, make_tracker
 
@@ -104,3 +104,35 @@ def test_the_desired_tree_carries_the_host_views_providers(tmp_path):
     tree = desired_tree(snap)
     assert tree.get(CHILD).parent_uuid == tracker.node_uuid
     assert next(p.uuid for p in tree) == tracker.node_uuid  # parents first
+
+
+def pcpu_reported(total):
+    return (ProviderFacts(ROOT, "node", None, ((PCPU, record(total, allocation_ratio=1.0)),)),)
+
+
+def test_a_drivers_pcpu_stands_while_the_agent_derives_none():
+    # nova's virt drivers report PCPU themselves (rtagent.nova), with no CPU
+    # sets in the host view; the agent's root has no PCPU then.
+    got, _ = driver_providers(root(), pcpu_reported(6))
+    assert got.inventories[PCPU].total == 6
+    assert PCPU in got.managed_classes
+
+
+def test_the_agents_pcpu_wins_over_a_drivers():
+    pcpu = Inventory(total=2, max_unit=2, allocation_ratio=1.0)
+    agents = root(inventories=frozen_map({**root().inventories, PCPU: pcpu}))
+    got, _ = driver_providers(agents, pcpu_reported(6))
+    assert got.inventories[PCPU] == pcpu
+
+
+@pytest.mark.parametrize(
+    ("dedicated", "expected"),
+    [(None, {VCPU, MEMORY_MB, DISK_GB}), (frozenset({1, 2}), {PCPU, MEMORY_MB, DISK_GB})],
+)
+def test_the_root_manages_pcpu_with_or_without_a_dedicated_set(tmp_path, dedicated, expected):
+    # Managed either way: PCPU leaves Placement when cpu_dedicated_set is unset.
+    tracker, _store = make_tracker(tmp_path)
+    snap = tracker.update_host(dataclasses.replace(HOST, cpu_dedicated_set=dedicated))
+    (got,) = desired_tree(snap)
+    assert set(got.inventories) == expected
+    assert got.managed_classes == {VCPU, PCPU, MEMORY_MB, DISK_GB}

@@ -436,3 +436,25 @@ def test_vif_models_follow_the_domain_type(caps, virt_type, lan9118):
 def test_igb_needs_libvirt_9_3_and_qemu_8_0(qemu_version, igb):
     traits, _, _ = traits_of(HostConn(lib_version=9003000, qemu_version=qemu_version))
     assert ("COMPUTE_NET_VIF_MODEL_IGB" in traits) is igb
+
+
+@pytest.mark.parametrize(
+    ("reserved", "refused"),
+    [
+        # the canned host has one cell: 1137203 pages of 4 KiB, none larger
+        (((0, 4, 1000),), None),
+        (((0, 2048, 0),), None),
+        (((0, 2048, 1),), "count: 1 is more than cell 0's 0 pages of 2048 KiB"),
+        (((1, 4, 1),), "node: 1 is not a NUMA cell of this host (cells: 0)"),
+        (((0, 16, 1),), "size: 16 KiB is not a page size of cell 0"),
+    ],
+)
+def test_reserved_huge_pages_are_checked_against_every_readings_cells(reserved, refused):
+    driver, _ = make_driver(FakeConn(), FakeConn(), reserved_huge_pages=reserved)
+    if refused is None:
+        assert driver.read_host().numa_cells[0].id == 0
+        return
+    for _ in range(2):  # every reading, not only the first
+        with pytest.raises(errors.InvalidReservedHugePages) as info:
+            driver.read_host()
+        assert refused in str(info.value)

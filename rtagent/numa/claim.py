@@ -1,0 +1,209 @@
+"""A guest's NUMA claim on a node, the cells a node offers, and the usage
+its claims add up to. Pure values and functions.
+
+The tracker keeps, for every claim with a NUMA topology, the guest cells
+asked for and where the fitter put them (:class:`NumaClaim`). Cell usage is
+never stored: it is recounted from the claims a node holds (:func:`with_usage`),
+so a restart, an abort or a move can never leave a pinned CPU or a page
+behind.
+"""
+
+import dataclasses
+
+from rtagent.numa import fit, model
+
+
+@dataclasses.dataclass(frozen=True)
+class NumaClaim:
+    """Where a guest's NUMA cells live on a node.
+
+    :param guest_cells: the :class:`~rtagent.numa.model.GuestCell` values
+        asked for, in the guest's order.
+    :param fits: one :class:`~rtagent.numa.model.CellFit` per guest cell,
+        in the same order.
+    :param emulator_isolate: one dedicated CPU is reserved for the
+        emulator threads (in the first cell's ``reserved``).
+    """
+
+    guest_cells: tuple
+    fits: tuple
+    emulator_isolate: bool = False
+
+    @property
+    def pinned(self):
+        """Every host CPU this claim keeps for itself."""
+        return frozenset().union(*(f.taken for f in self.fits)) if self.fits else frozenset()
+
+    @property
+    def pcpus(self):
+        """Host CPUs the claim counts as PCPU: pinned vCPUs and the emulator's."""
+        return sum(len(g.pcpuset) for g in self.guest_cells) + (1 if self.emulator_isolate else 0)
+
+    def to_dict(self):
+        return {
+            "emulator_isolate": self.emulator_isolate,
+            "cells": [
+                {
+                    "guest_cell": g.id,
+                    "memory_mb": g.memory_mb,
+                    "cpuset": sorted(g.cpuset),
+                    "pcpuset": sorted(g.pcpuset),
+                    "pagesize": g.pagesize,
+                    "thread_policy": g.thread_policy,
+                    "host_cell": f.host_cell,
+                    "pinning": [list(pair) for pair in f.pinning],
+                    "taken": sorted(f.taken),
+                    "reserved": sorted(f.reserved),
+                    "pagesize_kb": f.pagesize_kb,
+                }
+                for g, f in zip(self.guest_cells, self.fits, strict=True)
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data):
+        guests, fits = [], []
+        for cell in data["cells"]:
+            guests.append(
+                model.GuestCell(
+                    id=cell["guest_cell"],
+                    memory_mb=cell["memory_mb"],
+                    cpuset=frozenset(cell["cpuset"]),
+                    pcpuset=frozenset(cell["pcpuset"]),
+                    pagesize=cell["pagesize"],
+                    thread_policy=cell["thread_policy"],
+                )
+            )
+            fits.append(
+                model.CellFit(
+                    guest_cell=cell["guest_cell"],
+                    host_cell=cell["host_cell"],
+                    pinning=tuple(tuple(pair) for pair in cell["pinning"]),
+                    taken=frozenset(cell["taken"]),
+                    reserved=frozenset(cell["reserved"]),
+                    pagesize_kb=cell["pagesize_kb"],
+                )
+            )
+        return cls(tuple(guests), tuple(fits), bool(data.get("emulator_isolate", False)))
+
+    def describe(self):
+        """One line per guest cell, for replies and logs."""
+        return [
+            {
+                "guest_cell": f.guest_cell,
+                "host_cell": f.host_cell,
+                "pinning": {str(v): p for v, p in f.pinning},
+                "emulator_cpus": sorted(f.reserved),
+                "pagesize_kb": f.pagesize_kb,
+            }
+            for f in self.fits
+        ]
+
+
+def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=()):
+    """The cells a node offers, before any claim.
+
+    :param numa_cells: the host's cells (``HostView.numa_cells``: id,
+        memory_mb, cpus with siblings, pages).
+    :param shared: ``cpu_shared_set``, or None.
+    :param dedicated: ``cpu_dedicated_set``, or None. Without it no CPU is
+        dedicated: pinned guests need the operator to name their CPUs
+        (nova's fallback to pinning on shared CPUs is not kept).
+    :param reserved_pages: ``((cell id, size KiB, count), ...)`` the
+        operator keeps for the host (``[DEFAULT] reserved_huge_pages``).
+    """
+    reserved = {(cell, size): count for cell, size, count in reserved_pages}
+    cells = []
+    for cell in numa_cells:
+        cpus = cell.cpu_ids
+        if shared is not None:
+            cpuset = cpus & shared
+        elif dedicated is not None:
+            cpuset = frozenset()
+        else:
+            cpuset = cpus
+        pcpuset = cpus & dedicated if dedicated is not None else frozenset()
+        siblings = sorted({frozenset(c.siblings) & cpus for c in cell.cpus if c.siblings}, key=min)
+        pages = tuple(
+            model.Pages(size_kb=size, total=total, reserved=reserved.get((cell.id, size), 0))
+            for size, total in cell.pages
+        )
+        cells.append(
+            model.HostCell(
+                id=cell.id,
+                cpuset=frozenset(cpuset),
+                pcpuset=frozenset(pcpuset),
+                memory_mb=cell.memory_mb,
+                siblings=tuple(siblings),
+                pages=pages,
+            )
+        )
+    return tuple(cells)
+
+
+def with_usage(cells, claims):
+    """``cells`` with the usage of ``claims`` (NumaClaim values) added."""
+    pinned, cpu, memory, pages = {}, {}, {}, {}
+    for claim in claims:
+        for guest, placed in zip(claim.guest_cells, claim.fits, strict=True):
+            host = placed.host_cell
+            pinned.setdefault(host, set()).update(placed.taken)
+            cpu[host] = cpu.get(host, 0) + len(guest.cpuset)
+            memory[host] = memory.get(host, 0) + guest.memory_mb
+            if placed.pagesize_kb:
+                key = (host, placed.pagesize_kb)
+                pages[key] = pages.get(key, 0) + guest.memory_mb * 1024 // placed.pagesize_kb
+    return tuple(
+        dataclasses.replace(
+            cell,
+            pinned=cell.pinned | frozenset(pinned.get(cell.id, ())),
+            cpu_usage=cell.cpu_usage + cpu.get(cell.id, 0),
+            memory_usage=cell.memory_usage + memory.get(cell.id, 0),
+            pages=tuple(
+                dataclasses.replace(p, used=p.used + pages.get((cell.id, p.size_kb), 0))
+                for p in cell.pages
+            ),
+        )
+        for cell in cells
+    )
+
+
+def place(guest_cells, cells, limits, *, emulator_isolate=False, pack=False):
+    """Fit ``guest_cells`` on ``cells`` (with their usage): a NumaClaim, or
+    None when nothing fits."""
+    fits = fit.fit(cells, guest_cells, limits, emulator_isolate=emulator_isolate, pack=pack)
+    if fits is None:
+        return None
+    return NumaClaim(tuple(guest_cells), fits, emulator_isolate)
+
+
+def lost_cpus(cells, claims_by_consumer):
+    """consumer -> host CPUs its claim keeps that are no longer dedicated
+    CPUs of the cell it is on (the host changed, or the operator's set)."""
+    pcpus = {cell.id: cell.pcpuset for cell in cells}
+    lost = {}
+    for consumer, claim in claims_by_consumer:
+        for placed in claim.fits:
+            gone = placed.taken - pcpus.get(placed.host_cell, frozenset())
+            if gone:
+                lost.setdefault(consumer, set()).update(gone)
+    return {consumer: tuple(sorted(cpus)) for consumer, cpus in sorted(lost.items())}
+
+
+def refusal(guest_cells, cells, emulator_isolate=False):
+    """Why ``guest_cells`` fit nowhere, in one line an operator can act on:
+    what the guest asks for, and what each host cell has free."""
+    pinned = sum(len(g.pcpuset) for g in guest_cells) + (1 if emulator_isolate else 0)
+    shared = sum(len(g.cpuset) for g in guest_cells)
+    memory = sum(g.memory_mb for g in guest_cells)
+    sizes = sorted({str(g.pagesize) for g in guest_cells if g.pagesize is not None})
+    asked = f"{len(guest_cells)} cell(s), {pinned} pinned and {shared} shared vCPU(s), {memory} MiB"
+    if sizes:
+        asked += f" on {'/'.join(sizes)} pages"
+    free = "; ".join(
+        f"cell {c.id}: {len(c.free_pcpus)} free dedicated CPU(s), "
+        f"{c.memory_mb - c.memory_usage} MiB free"
+        + "".join(f", {p.free} free {p.size_kb} KiB pages" for p in c.pages[1:])
+        for c in cells
+    )
+    return f"NUMA: the guest's {asked} fit on no {len(cells)}-cell layout ({free})"

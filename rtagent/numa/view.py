@@ -1,0 +1,37 @@
+"""A node's NUMA cells as nova's scheduler reads them (``ComputeNode.numa_topology``,
+a ``NUMATopology`` of ``NUMACell`` values), as plain JSON. Pure.
+
+Field names and meanings are nova's ``NUMACell``'s: ``cpuset`` are the
+cell's shared CPUs, ``pcpuset`` its dedicated ones, ``memory`` and
+``memory_usage`` in MiB, ``cpu_usage`` the shared vCPUs placed on it,
+``pinned_cpus`` the dedicated CPUs taken (pinned vCPUs, isolated cores,
+emulator threads), ``siblings`` the cell's cores as lists of thread ids,
+``mempages`` one entry per page size (``size_kb``, ``total``, ``used``,
+``reserved``).
+"""
+
+
+def numa_topology(cells):
+    """``{"cells": [...]}`` for ``cells`` (HostCell values with their
+    usage, see :func:`rtagent.numa.claim.with_usage`), or None for a host
+    that reports no NUMA cells."""
+    if not cells:
+        return None
+    return {"cells": [_cell(cell) for cell in cells]}
+
+
+def _cell(cell):
+    return {
+        "id": cell.id,
+        "cpuset": sorted(cell.cpuset),
+        "pcpuset": sorted(cell.pcpuset),
+        "memory": cell.memory_mb,
+        "cpu_usage": cell.cpu_usage,
+        "memory_usage": cell.memory_usage,
+        "pinned_cpus": sorted(cell.pinned),
+        "siblings": [sorted(core) for core in cell.siblings],
+        "mempages": [
+            {"size_kb": p.size_kb, "total": p.total, "used": p.used, "reserved": p.reserved}
+            for p in cell.pages
+        ],
+    }
