@@ -201,7 +201,8 @@ def refusal(guest_cells, cells, emulator_isolate=False):
     if sizes:
         asked += f" on {'/'.join(sizes)} pages"
     free = "; ".join(
-        f"cell {c.id}: {len(c.free_pcpus)} free dedicated CPU(s), "
+        f"cell {c.id}: {len(c.free_pcpus)} free dedicated CPU(s) "
+        f"({sum(1 for core in c.cores() if core <= c.free_pcpus)} whole core(s)), "
         f"{c.memory_mb - c.memory_usage} MiB free"
         + "".join(f", {p.free} free {p.size_kb} KiB pages" for p in c.pages[1:])
         for c in cells

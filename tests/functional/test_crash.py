@@ -36,7 +36,8 @@ from rtagent.tracker.model import Flavor
 from rtagent.tracker.store import Store
 from rtagent.tracker.tracker import Tracker
 from tests.unit.helpers import HOST
-from tests.unit.test_numa_claims import NUMA_HOST, PINNED
+from tests.functional.numa_host import read_host
+from tests.unit.test_numa_claims import PINNED
 
 pytestmark = pytest.mark.functional
 
@@ -44,8 +45,13 @@ SELF_CONFIRMING = {"live-migration", "evacuation"}
 # The second node of a two-node agent; the first is the compute_id node.
 SECOND_NODE = "bbbbbbbb-0000-4000-8000-000000000002"
 HOSTS = (HOST, dataclasses.replace(HOST, hypervisor_hostname="node2"))
-# NUMA hosts (2 cells, dedicated CPUs 2,3,6,7): some claims and moves pin.
-NUMA_HOSTS = (NUMA_HOST, dataclasses.replace(NUMA_HOST, hypervisor_hostname="node2"))
+# The 2-socket host as the libvirt driver reads it (24 dedicated CPUs on
+# sibling threads): some claims and moves pin.
+_TWO_SOCKETS = read_host()
+NUMA_HOSTS = tuple(
+    dataclasses.replace(_TWO_SOCKETS, hypervisor_hostname=name, domains=())
+    for name in ("node1", "node2")
+)
 OTHER = "99999999-9999-9999-9999-999999999999"  # a node of another agent
 
 _FORK = multiprocessing.get_context("forkserver")

@@ -1,0 +1,105 @@
+"""NUMA claims on a 2-socket host with huge pages, as rtagent's libvirt driver
+reads it (``tests/functional/numa_host.py``), over a real store."""
+
+import uuid
+
+import pytest
+
+from rtagent.tracker import errors
+from rtagent.tracker.ledger import ResourcePolicy, inventories
+from rtagent.tracker.model import Flavor
+from rtagent.virt import errors as virt_errors
+from tests.functional.numa_host import read_host
+from tests.unit.helpers import make_tracker
+
+pytestmark = pytest.mark.functional
+
+GIB_PAGE = 1048576
+
+
+@pytest.fixture(scope="module")
+def host():
+    return read_host()
+
+
+@pytest.fixture
+def tracker(tmp_path, host):
+    tracker, store = make_tracker(tmp_path)
+    tracker.update_host(host)
+    yield tracker
+    store.close()
+
+
+def claim(tracker, vcpus, memory_mb, **specs):
+    return tracker.instance_claim(str(uuid.uuid4()), Flavor(vcpus, memory_mb), extra_specs=specs)
+
+
+def test_the_driver_reads_two_cells_of_sibling_threads_and_their_pages(host):
+    assert [c.id for c in host.numa_cells] == [0, 1]
+    cell0, cell1 = host.numa_cells
+    assert cell0.cpu_ids == frozenset(range(8)) | frozenset(range(16, 24))
+    assert cell1.cpu_ids == frozenset(range(8, 16)) | frozenset(range(24, 32))
+    assert {c.id: c.siblings for c in cell0.cpus}[3] == frozenset({3, 19})
+    assert dict(cell0.pages)[2048] == 4096 and dict(cell0.pages)[GIB_PAGE] == 8
+    assert len(host.cpu_dedicated_set) == 24 and len(host.cpu_shared_set) == 8
+
+
+def test_its_cpu_inventories_are_novas(host):
+    invs = inventories(host, ResourcePolicy())
+    assert invs["PCPU"].total == 24 and invs["PCPU"].allocation_ratio == 1.0
+    assert invs["VCPU"].total == 8 and invs["VCPU"].allocation_ratio == 4.0
+
+
+ISOLATE = {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"}
+
+
+def test_isolated_guests_take_whole_cores_and_never_share_one(tracker):
+    # 6 dedicated cores per cell: one 4-vCPU isolated guest per cell.
+    first, second = (claim(tracker, 4, 1024, **ISOLATE).numa for _ in range(2))
+    assert {first.fits[0].host_cell, second.fits[0].host_cell} == {0, 1}
+    for placed in (first, second):
+        assert len(placed.pinned) == 8  # 4 vCPUs, each alone on a core of 2 threads
+        assert all((cpu + 16) % 32 in placed.pinned for cpu in placed.pinned)  # whole cores
+    assert not first.pinned & second.pinned
+    # 4 cores are free, 2 per cell: a third one fits in no cell.
+    with pytest.raises(errors.ComputeResourcesUnavailable, match=r"cell 0: 4 free dedicated CPU\(s\) \(2 whole core\(s\)\)"):
+        claim(tracker, 4, 1024, **ISOLATE)
+    third = claim(tracker, 2, 1024, **ISOLATE).numa
+    assert len(third.pinned) == 4 and not third.pinned & (first.pinned | second.pinned)
+
+
+def test_require_puts_vcpus_on_thread_siblings(tracker):
+    placed = claim(
+        tracker, 4, 1024, **{"hw:cpu_policy": "dedicated"}, **{"hw:cpu_thread_policy": "require"}
+    )
+    cpus = placed.numa.pinned
+    assert len(cpus) == 4 and all((cpu + 16) % 32 in cpus for cpu in cpus)
+
+
+def test_gigabyte_pages_are_counted_per_cell_with_the_reserved_ones_kept(tmp_path):
+    host = read_host(reserved_huge_pages=((0, GIB_PAGE, 2),))
+    policy = ResourcePolicy(reserved_host_memory_mb=0, reserved_huge_pages=((0, GIB_PAGE, 2),))
+    tracker, store = make_tracker(tmp_path, policy)
+    try:
+        tracker.update_host(host)
+        cells = [claim(tracker, 1, 1024, **{"hw:mem_page_size": "1GB"}) for _ in range(14)]
+        assert sorted(c.numa.fits[0].host_cell for c in cells) == [0] * 6 + [1] * 8
+        with pytest.raises(errors.ComputeResourcesUnavailable, match="0 free 1048576 KiB pages"):
+            claim(tracker, 1, 1024, **{"hw:mem_page_size": "1GB"})
+        # 2 MiB pages are another pool: still free.
+        assert claim(tracker, 1, 1024, **{"hw:mem_page_size": "2MB"}).numa.fits[0].pagesize_kb
+    finally:
+        store.close()
+
+
+def test_more_reserved_pages_than_the_cell_has_are_refused_by_the_audit():
+    with pytest.raises(virt_errors.InvalidReservedHugePages, match="count"):
+        read_host(reserved_huge_pages=((1, GIB_PAGE, 9),))
+
+
+def test_guests_spread_over_the_cells(tracker):
+    cells = [
+        claim(tracker, 2, 1024, **{"hw:cpu_policy": "dedicated"}).numa.fits[0].host_cell
+        for _ in range(4)
+    ]
+    assert sorted(cells) == [0, 0, 1, 1]
