@@ -35,13 +35,13 @@ class TwoSocketConnection:
     def __getattr__(self, name):
         return getattr(self._conn, name)
 
-    def getCapabilities(self):  # noqa: N802 - libvirt's name
+    def getCapabilities(self):
         return CAPABILITIES
 
-    def getCPUMap(self, flags=0):  # noqa: N802
+    def getCPUMap(self, flags=0):
         return (32, [True] * 32, 32)
 
-    def getInfo(self):  # noqa: N802
+    def getInfo(self):
         # arch, MiB, CPUs, MHz, NUMA nodes, sockets per node, cores, threads
         return ["x86_64", 131072, 32, 2300, 2, 1, 8, 2]
 

@@ -35,8 +35,8 @@ from rtagent.tracker.ledger import ResourcePolicy
 from rtagent.tracker.model import Flavor
 from rtagent.tracker.store import Store
 from rtagent.tracker.tracker import Tracker
-from tests.unit.helpers import HOST
 from tests.functional.numa_host import read_host
+from tests.unit.helpers import HOST
 from tests.unit.test_numa_claims import PINNED
 
 pytestmark = pytest.mark.functional

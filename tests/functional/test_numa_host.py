@@ -62,7 +62,8 @@ def test_isolated_guests_take_whole_cores_and_never_share_one(tracker):
         assert all((cpu + 16) % 32 in placed.pinned for cpu in placed.pinned)  # whole cores
     assert not first.pinned & second.pinned
     # 4 cores are free, 2 per cell: a third one fits in no cell.
-    with pytest.raises(errors.ComputeResourcesUnavailable, match=r"cell 0: 4 free dedicated CPU\(s\) \(2 whole core\(s\)\)"):
+    full = r"cell 0: 4 free dedicated CPU\(s\) \(2 whole core\(s\)\)"
+    with pytest.raises(errors.ComputeResourcesUnavailable, match=full):
         claim(tracker, 4, 1024, **ISOLATE)
     third = claim(tracker, 2, 1024, **ISOLATE).numa
     assert len(third.pinned) == 4 and not third.pinned & (first.pinned | second.pinned)
