@@ -16,7 +16,7 @@ Confirm, revert and finish of a move this node does not know return the
 state unchanged, so a retried call is harmless.
 """
 
-from rtagent.resources import frozen_map
+from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
 from rtagent.tracker.state import ensure_fits, ensure_numa_fits
@@ -123,7 +123,7 @@ def _check_same_move(existing, requested):
             ("migration_type", existing.migration_type, requested.migration_type),
             ("source_node", existing.source_node, requested.source_node),
             ("dest_node", existing.dest_node, requested.dest_node),
-            ("old_flavor", dict(existing.old_resources), dict(requested.old_resources)),
+            ("old_flavor", _as_requested(existing), dict(requested.old_resources)),
             ("new_flavor", existing.new_flavor, requested.new_flavor),
             ("new_flavor", dict(existing.new_resources), dict(requested.new_resources)),
         )
@@ -134,6 +134,19 @@ def _check_same_move(existing, requested):
             migration_uuid=existing.uuid,
             reason="different " + ", ".join(sorted(set(differences))),
         )
+
+
+def _as_requested(move):
+    """The recorded move's old resources as a request states them: a
+    request says nothing of the old flavor's extra specs, so it counts
+    every vCPU as VCPU, while the source recorded what the instance holds
+    (pinned vCPUs, and an isolated emulator thread's CPU, as PCPU)."""
+    held = dict(move.old_resources)
+    pcpus = held.pop(PCPU, 0)
+    if pcpus:
+        emulator = 1 if move.old_numa is not None and move.old_numa.emulator_isolate else 0
+        held[VCPU] = held.get(VCPU, 0) + pcpus - emulator
+    return held
 
 
 def finish_move(state, migration_uuid):

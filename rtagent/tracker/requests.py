@@ -7,11 +7,9 @@ or image property).
 """
 
 from rtagent.numa import constraints
-from rtagent.resources import VCPU, frozen_map
+from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger
 from rtagent.tracker.model import Flavor, Instance, Migration, check_uuid
-
-PCPU = "PCPU"
 
 
 def check_flavor(flavor):

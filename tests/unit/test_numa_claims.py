@@ -282,6 +282,25 @@ def test_a_same_node_resize_holds_both_topologies_until_confirmed(opened):
     assert_each_cpu_once_in_cells(tracker.snapshot(), 2)
 
 
+def test_a_retried_start_at_the_source_of_a_pinned_guest_is_the_same_move(opened):
+    # The source records what the instance holds (PCPU); the retry states
+    # the old flavor as VCPU. Found by test_crash's SIGKILL rounds.
+    tracker = opened()
+    node, dest, inst = tracker.node_uuid, new_uuid(), new_uuid()
+    tracker.instance_claim(
+        inst, Flavor(1, 512), extra_specs={**PINNED, "hw:emulator_threads_policy": "isolate"}
+    )
+    args = dict(source_node=node, dest_node=dest, old_flavor=Flavor(1, 512), extra_specs=PINNED)
+    first = tracker.start_move(MIGRATION, inst, "migration", **args)
+    assert dict(first.old_resources) == {"PCPU": 2, MEMORY_MB: 512}
+    assert tracker.start_move(MIGRATION, inst, "migration", **args) == first
+    with pytest.raises(errors.MoveConflict, match="old_flavor"):
+        tracker.start_move(MIGRATION, inst, "migration", **{**args, "old_flavor": Flavor(2, 512)})
+
+
+MIGRATION = "7f0c8e6a-1b2c-4d3e-8f40-5a6b7c8d9e0f"
+
+
 def test_a_reverted_same_node_resize_keeps_the_old_pins(opened):
     tracker = opened()
     node = tracker.node_uuid
