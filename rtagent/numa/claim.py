@@ -141,31 +141,83 @@ def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=()):
     return tuple(cells)
 
 
+@dataclasses.dataclass(frozen=True)
+class NumaUsage:
+    """What a set of NUMA claims uses, per host cell: how many claims keep
+    each CPU, shared vCPUs, memory, and pages per size. Carried from state
+    to state and changed by the one claim an operation adds or removes
+    (:meth:`changed`), so that a NUMA claim costs the same whatever the
+    number of guests.
+
+    :param cells: host cell id -> ``(pinned, cpu_usage, memory_usage,
+        pages)``, ``pinned`` a mapping CPU -> count, ``pages`` size KiB ->
+        pages. Treat as read-only.
+    """
+
+    cells: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, claims):
+        return cls().changed(added=claims)
+
+    def changed(self, removed=(), added=()):
+        """This usage less the ``removed`` claims plus the ``added`` ones
+        (iterables of NumaClaim). Copies only the cells they touch."""
+        cells = dict(self.cells)
+        copied = set()
+        for claims, sign in ((removed, -1), (added, 1)):
+            for claim in claims:
+                for guest, placed in zip(claim.guest_cells, claim.fits, strict=True):
+                    host = placed.host_cell
+                    if host not in copied:
+                        pinned, cpu, memory, pages = cells.get(host, ({}, 0, 0, {}))
+                        cells[host] = (dict(pinned), cpu, memory, dict(pages))
+                        copied.add(host)
+                    pinned, cpu, memory, pages = cells[host]
+                    for pcpu in placed.taken:
+                        left = pinned.get(pcpu, 0) + sign
+                        if left:
+                            pinned[pcpu] = left
+                        else:
+                            pinned.pop(pcpu, None)
+                    if placed.pagesize_kb:
+                        size = placed.pagesize_kb
+                        pages[size] = pages.get(size, 0) + sign * (guest.memory_mb * 1024 // size)
+                    cells[host] = (
+                        pinned,
+                        cpu + sign * len(guest.cpuset),
+                        memory + sign * guest.memory_mb,
+                        pages,
+                    )
+        return NumaUsage(cells)
+
+    def apply(self, cells):
+        """``cells`` (HostCell values) with this usage added."""
+        result = []
+        for cell in cells:
+            used = self.cells.get(cell.id)
+            if used is None:
+                result.append(cell)
+                continue
+            pinned, cpu, memory, pages = used
+            result.append(
+                dataclasses.replace(
+                    cell,
+                    pinned=cell.pinned | frozenset(pinned),
+                    cpu_usage=cell.cpu_usage + cpu,
+                    memory_usage=cell.memory_usage + memory,
+                    pages=tuple(
+                        dataclasses.replace(p, used=p.used + pages.get(p.size_kb, 0))
+                        for p in cell.pages
+                    ),
+                )
+            )
+        return tuple(result)
+
+
 def with_usage(cells, claims):
     """``cells`` with the usage of ``claims`` (NumaClaim values) added."""
-    pinned, cpu, memory, pages = {}, {}, {}, {}
-    for claim in claims:
-        for guest, placed in zip(claim.guest_cells, claim.fits, strict=True):
-            host = placed.host_cell
-            pinned.setdefault(host, set()).update(placed.taken)
-            cpu[host] = cpu.get(host, 0) + len(guest.cpuset)
-            memory[host] = memory.get(host, 0) + guest.memory_mb
-            if placed.pagesize_kb:
-                key = (host, placed.pagesize_kb)
-                pages[key] = pages.get(key, 0) + guest.memory_mb * 1024 // placed.pagesize_kb
-    return tuple(
-        dataclasses.replace(
-            cell,
-            pinned=cell.pinned | frozenset(pinned.get(cell.id, ())),
-            cpu_usage=cell.cpu_usage + cpu.get(cell.id, 0),
-            memory_usage=cell.memory_usage + memory.get(cell.id, 0),
-            pages=tuple(
-                dataclasses.replace(p, used=p.used + pages.get((cell.id, p.size_kb), 0))
-                for p in cell.pages
-            ),
-        )
-        for cell in cells
-    )
+    return NumaUsage.of(claims).apply(cells)
 
 
 def place(guest_cells, cells, limits, *, emulator_isolate=False, pack=False):

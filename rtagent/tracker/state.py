@@ -224,8 +224,30 @@ class NodeState:
         return held
 
     def numa_usage(self):
-        """The node's NUMA cells with the usage of every claim held here."""
-        return numa_claim.with_usage(self.numa_cells, [c for _, c in self.numa_held()])
+        """The node's NUMA cells with the usage of every claim held here, as
+        :meth:`numa_held` counts them, from the carried sums: O(moves), not
+        O(instances)."""
+        return self.sums.numa.changed(added=self._numa_of_moves()).apply(self.numa_cells)
+
+    def _numa_of_moves(self):
+        """The NUMA claims moves add to the instances' own (see
+        :meth:`numa_held`): with a same-node resize the instance counts its
+        current topology and the move the other one."""
+        extra = []
+        for move in ledger.latest_migrations(self.migrations.values()).values():
+            instance = self.instances.get(move.instance_uuid)
+            if instance is not None:
+                if move.same_node:
+                    current_is_old = instance.numa == move.old_numa
+                    extra.append(move.new_numa if current_is_old else move.old_numa)
+                continue
+            if move.same_node:
+                extra.extend((move.old_numa, move.new_numa))
+            elif move.dest_node == self.node_uuid:
+                extra.append(move.new_numa)
+            else:
+                extra.append(move.old_numa)
+        return [c for c in extra if c is not None]
 
     # -- consumers -------------------------------------------------------
 
@@ -445,7 +467,7 @@ def _numa_fields(state):
     if not state.numa_cells and not held:
         return {}
     return {
-        "numa_cells": numa_claim.with_usage(state.numa_cells, [c for _, c in held]),
+        "numa_cells": state.numa_usage(),
         "numa_lost": frozen_map(numa_claim.lost_cpus(state.numa_cells, held)),
         "numa_claims": tuple(sorted(held, key=lambda pair: pair[0])),
     }

@@ -10,6 +10,7 @@ own records (:func:`rtagent.tracker.ledger.move_holdings`): there are few.
 import dataclasses
 import types
 
+from rtagent.numa.claim import NumaUsage
 from rtagent.resources import frozen_map
 
 
@@ -22,11 +23,14 @@ class InstanceSums:
     :param amounts: resource class -> total of the instances' resources.
     :param ids: resource class -> {identifier: how many instances hold it}
         (assigned resources; a class appears while some instance holds one).
+    :param numa: the :class:`~rtagent.numa.claim.NumaUsage` of the
+        instances' NUMA claims.
     """
 
     of: object
     amounts: types.MappingProxyType
     ids: types.MappingProxyType
+    numa: NumaUsage = dataclasses.field(default_factory=NumaUsage)
 
     @classmethod
     def over(cls, instances):
@@ -34,7 +38,8 @@ class InstanceSums:
         amounts, ids = {}, {}
         for instance in instances.values():
             _add(amounts, ids, instance, 1)
-        return cls(instances, frozen_map(amounts), _freeze_ids(ids))
+        numa = NumaUsage.of(i.numa for i in instances.values() if i.numa is not None)
+        return cls(instances, frozen_map(amounts), _freeze_ids(ids), numa)
 
     def valid_for(self, instances):
         return self.of is instances
@@ -51,11 +56,19 @@ class InstanceSums:
                 _add(amounts, ids, instance, sign)
         if ids is not self.ids:
             ids = _freeze_ids(ids)
-        return InstanceSums(instances, frozen_map(amounts), ids)
+        numa = self.numa
+        gone, new = _numa_of(removed), _numa_of(added)
+        if gone or new:
+            numa = numa.changed(gone, new)
+        return InstanceSums(instances, frozen_map(amounts), ids, numa)
 
     def ids_in_use(self):
         """Resource class -> set of identifiers some instance holds."""
         return {rc: set(counts) for rc, counts in self.ids.items()}
+
+
+def _numa_of(instance):
+    return [instance.numa] if instance is not None and instance.numa is not None else []
 
 
 def _add(amounts, ids, instance, sign):

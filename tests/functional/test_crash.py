@@ -37,7 +37,7 @@ from rtagent.tracker.store import Store
 from rtagent.tracker.tracker import Tracker
 from tests.functional.numa_host import read_host
 from tests.unit.helpers import HOST
-from tests.unit.test_numa_claims import PINNED
+from tests.unit.test_numa_claims import PINNED, recounted
 
 pytestmark = pytest.mark.functional
 
@@ -304,6 +304,7 @@ def check_pins(snap):
             owner[cpu] = consumer
     assert set().union(*(c.pinned for c in snap.numa_cells)) == set(owner)
     assert set(owner) <= (snap.host.cpu_dedicated_set or set())
+    assert snap.numa_cells == recounted(snap)
 
 
 def run_worker(tmp_path, seed, count, resume, wanted, numa=False):

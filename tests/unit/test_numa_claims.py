@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rtagent.numa import claim as numa_claim
 from rtagent.numa.errors import InvalidConstraint
 from rtagent.tracker import errors
 from rtagent.tracker.ledger import ResourcePolicy
@@ -78,6 +79,19 @@ def pinned_by(snapshot):
     return held
 
 
+def recounted(snapshot):
+    """The snapshot's cells recounted from scratch from the claims it lists
+    (the tracker carries the usage from state to state instead)."""
+    host = snapshot.host
+    cells = numa_claim.host_cells(
+        host.numa_cells,
+        host.cpu_shared_set,
+        host.cpu_dedicated_set,
+        snapshot.policy.reserved_huge_pages,
+    )
+    return numa_claim.with_usage(cells, [c for _, c in snapshot.numa_claims])
+
+
 def assert_each_cpu_once(snapshot):
     owners = {}
     for instance in snapshot.instances:
@@ -87,6 +101,7 @@ def assert_each_cpu_once(snapshot):
     used = set().union(*(c.pinned for c in snapshot.numa_cells))
     assert used == set(owners)
     assert used <= PCPUS
+    assert snapshot.numa_cells == recounted(snapshot)
 
 
 def test_a_pinned_claim_takes_dedicated_cpus_and_counts_them_as_pcpu(opened):
