@@ -55,6 +55,7 @@ def policy_from_conf(conf):
         reserved_host_disk_mb=conf.reserved_host_disk_mb,
         reserved_huge_pages=hugepages.parse(conf.reserved_huge_pages),
         reserve_untracked=conf.rtagent.reserve_untracked_usage,
+        numa_pack=conf.compute.packing_host_numa_cells_allocation_strategy,
         ratios=frozen_map(
             {
                 VCPU: _configured_ratio(conf, "cpu_allocation_ratio"),

@@ -23,6 +23,15 @@ ALL_OPTS = [
         "1.0 (never overcommitted, whatever Placement holds). Checked like "
         "cpu_shared_set. Not with [DEFAULT] reserved_host_cpus.",
     ),
+    cfg.BoolOpt(
+        "packing_host_numa_cells_allocation_strategy",
+        default=False,
+        mutable=True,
+        help="How NUMA guests' cells are placed on the host's cells (nova's option "
+        "and default): False spreads them, the least used host cells first; True "
+        "packs them, the most used first, until a cell is full. Applied on SIGHUP "
+        "to the next claims.",
+    ),
     cfg.StrOpt(
         "provider_config_location",
         default="/etc/nova/provider_config/",

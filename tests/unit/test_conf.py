@@ -155,6 +155,16 @@ def test_reserved_huge_pages_is_multi_valued_and_on_the_policy(tmp_path):
     assert builder.policy_from_conf(conf).reserved_huge_pages == ((0, 2048, 64), (1, 1048576, 1))
 
 
+@pytest.mark.parametrize("value, pack", [(None, False), ("true", True), ("false", False)])
+def test_the_numa_packing_strategy_reaches_the_policy(tmp_path, value, pack):
+    from rtagent import builder
+
+    option = f"[compute]\npacking_host_numa_cells_allocation_strategy = {value}\n" if value else ""
+    conf = load(tmp_path, f"[DEFAULT]\nstate_path = {tmp_path}\n{option}")
+    validation.validate(conf)
+    assert builder.policy_from_conf(conf).numa_pack is pack
+
+
 def test_malformed_reserved_huge_pages_are_refused_by_validation(tmp_path):
     from rtagent.virt import errors
 

@@ -179,6 +179,16 @@ def test_hugepage_claims_take_pages_and_never_overcommit_them(opened):
         tracker.instance_claim(new_uuid(), Flavor(1, 2), extra_specs=specs)
 
 
+@pytest.mark.parametrize("pack, cells", [(False, [0, 1]), (True, [0, 0])])
+def test_guests_spread_over_cells_or_pack_into_the_fullest(opened, pack, cells):
+    tracker = opened(policy=ResourcePolicy(reserved_host_memory_mb=0, numa_pack=pack))
+    placed = [
+        tracker.instance_claim(new_uuid(), Flavor(1, 512), extra_specs=PINNED).numa.fits[0]
+        for _ in range(2)
+    ]
+    assert sorted(p.host_cell for p in placed) == cells
+
+
 def test_reserved_huge_pages_are_not_handed_out(opened):
     policy = ResourcePolicy(reserved_host_memory_mb=0, reserved_huge_pages=((0, 2048, 512),))
     tracker = opened(policy=policy)
