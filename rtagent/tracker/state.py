@@ -216,11 +216,12 @@ class NodeState:
             else:
                 pairs = (move.old_numa,)
             held.extend((move.instance_uuid, c) for c in pairs if c is not None)
-        held.extend(
-            (i.uuid, i.numa)
-            for i in self.instances.values()
-            if i.numa is not None and i.uuid not in replaced
-        )
+        if self.sums.numa.cells:  # else no instance has a NUMA claim: skip O(N)
+            held.extend(
+                (i.uuid, i.numa)
+                for i in self.instances.values()
+                if i.numa is not None and i.uuid not in replaced
+            )
         return held
 
     def numa_usage(self):
