@@ -82,6 +82,7 @@ class Tracker:
         # the state, since they change on every reading while the node's
         # accounting does not. Replaced whole, read by reference.
         self._host_metrics = ()
+        self._lost_cpus = {}  # the NUMA claims' lost CPUs last warned about
         LOG.info(
             "Tracker for node %s restored %d instance(s) and %d move(s)",
             node_uuid,
@@ -175,7 +176,25 @@ class Tracker:
         if first:
             for message in drift.restart_report(snap, self._count_untracked):
                 LOG.warning("Node %s: %s", snap.node_uuid, message)
+        self._report_lost_cpus(snap)
         return snap
+
+    def _report_lost_cpus(self, snap):
+        """Warn when the claims keeping CPUs that are no longer dedicated
+        CPUs of their cell change (once per change, not per audit)."""
+        lost = dict(snap.numa_lost)
+        if lost == self._lost_cpus:
+            return
+        self._lost_cpus = lost
+        for consumer, cpus in sorted(lost.items()):
+            LOG.warning(
+                "Node %s: %s keeps pinned CPU(s) %s, which are no longer dedicated CPUs of "
+                "their NUMA cell (cpu_dedicated_set changed, or the host's CPUs did); the "
+                "guest still runs there and they stay counted until it is moved or deleted",
+                snap.node_uuid,
+                consumer,
+                ",".join(str(c) for c in cpus),
+            )
 
     def mark_host_unavailable(self, reason):
         """The hypervisor cannot be read: refuse claims until it can."""

@@ -242,6 +242,23 @@ def test_pins_outside_the_dedicated_set_are_reported(opened):
     assert dict(tracker.snapshot().numa_lost) == {uid: tuple(sorted(claim.numa.pinned))}
 
 
+def test_lost_pins_are_logged_once_per_change(opened, caplog):
+    tracker = opened()
+    uid = new_uuid()
+    claim = tracker.instance_claim(uid, Flavor(2, 512), extra_specs=PINNED)
+    moved = dataclasses.replace(
+        NUMA_HOST,
+        cpu_shared_set=NUMA_HOST.cpu_shared_set | claim.numa.pinned,
+        cpu_dedicated_set=PCPUS - claim.numa.pinned,
+    )
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            tracker.update_host(moved)
+    warnings = [r.getMessage() for r in caplog.records if "no longer dedicated" in r.getMessage()]
+    cpus = ",".join(str(c) for c in sorted(claim.numa.pinned))
+    assert len(warnings) == 1 and f"{uid} keeps pinned CPU(s) {cpus}" in warnings[0]
+
+
 # -- moves -------------------------------------------------------------------
 
 
