@@ -104,3 +104,41 @@ def test_guests_spread_over_the_cells(tracker):
         for _ in range(4)
     ]
     assert sorted(cells) == [0, 0, 1, 1]
+
+
+def test_a_live_migration_keeps_the_page_size_the_caller_names(tmp_path, host):
+    # The documented recipe (docs/rpc-api.md, "Moves"): the destination is
+    # told the source's page size; without it, "large" may pick another.
+    source, source_store = make_tracker(tmp_path / "source")
+    dest, dest_store = make_tracker(tmp_path / "dest")
+    try:
+        source.update_host(host)
+        dest.update_host(host)
+        inst = str(uuid.uuid4())
+        flavor = Flavor(1, 2048)
+        placed = source.instance_claim(inst, flavor, extra_specs={"hw:mem_page_size": "large"})
+        size = placed.numa.fits[0].pagesize_kb
+        assert size == GIB_PAGE
+        # Fill the destination's 1 GiB pages: "large" would now land on 2 MiB.
+        for _ in range(8):
+            claim(dest, 1, 2048, **{"hw:mem_page_size": "1GB"})
+        move = dict(source_node=source.node_uuid, dest_node=dest.node_uuid, old_flavor=flavor)
+        with pytest.raises(errors.ComputeResourcesUnavailable, match="1048576"):
+            dest.start_move(
+                str(uuid.uuid4()),
+                inst,
+                "live-migration",
+                **move,
+                extra_specs={"hw:mem_page_size": str(size)},
+            )
+        anywhere = dest.start_move(
+            str(uuid.uuid4()),
+            inst,
+            "live-migration",
+            **move,
+            extra_specs={"hw:mem_page_size": "large"},
+        )
+        assert anywhere.new_numa.fits[0].pagesize_kb == 2048
+    finally:
+        source_store.close()
+        dest_store.close()
