@@ -51,13 +51,26 @@ def test_no_way_to_ask_is_a_config_error(tmp_path):
     assert_one_line(result, 2, "[health] enabled = false and no [DEFAULT] transport_url")
 
 
-def test_status_of_a_running_agent(tmp_path):
+# The libvirt test driver's default host has two NUMA cells (CPUs 0-7 with
+# 2048 MiB, 8-15 with 4096 MiB), of which CPUs 0, 2 and 4 are online.
+NUMA_HOST = (
+    "[libvirt]\nconnection_uri = test:///default\n"
+    "[compute]\ncpu_dedicated_set = 2,4\ncpu_shared_set = 0\n"
+)
+NUMA_LINES = (
+    "  NUMA cell 0: 0/2 dedicated CPU(s) pinned, 0/2048 MiB used\n"
+    "  NUMA cell 1: 0/0 dedicated CPU(s) pinned, 0/4096 MiB used\n"
+)
+
+
+@pytest.mark.parametrize("host, lines", [("", ""), (NUMA_HOST, NUMA_LINES)], ids=["demo", "numa"])
+def test_status_of_a_running_agent(tmp_path, host, lines):
     port = free_port()
     with PlacementServer(db_sync=False) as placement:
         conf = write_conf(
             tmp_path,
             endpoint=placement.endpoint,
-            extra=f"[DEFAULT]\ntransport_url =\n[health]\nport = {port}\n",
+            extra=f"[DEFAULT]\ntransport_url =\n[health]\nport = {port}\n{host}",
         )
         agent = subprocess.Popen(
             [RTAGENT, "--config-file", str(conf), "run"],
@@ -79,6 +92,7 @@ def test_status_of_a_running_agent(tmp_path):
             assert "  unknown consumers: none" in text
             assert "  rpc: off (no [DEFAULT] transport_url)" in text
             assert "  health: ok" in text
+            assert lines in text if lines else "NUMA" not in text
         finally:
             agent.terminate()
             agent.wait(timeout=30)
