@@ -100,7 +100,7 @@ class NumaClaim:
         ]
 
 
-def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=()):
+def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=(), online=None):
     """The cells a node offers, before any claim.
 
     :param numa_cells: the host's cells (``HostView.numa_cells``: id,
@@ -111,6 +111,8 @@ def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=()):
         (nova's fallback to pinning on shared CPUs is not kept).
     :param reserved_pages: ``((cell id, size KiB, count), ...)`` the
         operator keeps for the host (``[DEFAULT] reserved_huge_pages``).
+    :param online: the host's online CPU ids, or None (unknown): without
+        either set, a cell's shared CPUs are its online ones.
     """
     reserved = {(cell, size): count for cell, size, count in reserved_pages}
     cells = []
@@ -121,7 +123,7 @@ def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=()):
         elif dedicated is not None:
             cpuset = frozenset()
         else:
-            cpuset = cpus
+            cpuset = cpus & online if online is not None else cpus
         pcpuset = cpus & dedicated if dedicated is not None else frozenset()
         siblings = sorted({frozenset(c.siblings) & cpus for c in cell.cpus if c.siblings}, key=min)
         pages = tuple(

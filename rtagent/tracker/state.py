@@ -193,6 +193,7 @@ class NodeState:
                 state.host.cpu_shared_set,
                 state.host.cpu_dedicated_set,
                 state.policy.reserved_huge_pages,
+                state.host.online_cpus,
             ),
         )
 

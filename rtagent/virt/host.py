@@ -198,6 +198,8 @@ class HostView:
     :param cpu_shared_set: CPU ids for shared (VCPU) guests, or None when
         ``[compute] cpu_shared_set`` is unset.
     :param cpu_dedicated_set: CPU ids for dedicated (PCPU) guests, or None.
+    :param online_cpus: the ids of the host's online CPUs, or None when the
+        driver does not say (then every CPU of a NUMA cell counts).
     :param traits: the traits the host earns now (CPU features and
         capabilities); see ``trait_sources`` for why.
     :param trait_sources: ``((trait, the libvirt fact that grants it), ...)``
@@ -235,6 +237,7 @@ class HostView:
     numa_cells: tuple = ()
     cpu_shared_set: frozenset | None = None
     cpu_dedicated_set: frozenset | None = None
+    online_cpus: frozenset | None = None
     traits: frozenset = frozenset()
     trait_sources: tuple = ()
     supported_instances: tuple = ()

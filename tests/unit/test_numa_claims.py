@@ -88,6 +88,7 @@ def recounted(snapshot):
         host.cpu_shared_set,
         host.cpu_dedicated_set,
         snapshot.policy.reserved_huge_pages,
+        host.online_cpus,
     )
     return numa_claim.with_usage(cells, [c for _, c in snapshot.numa_claims])
 

@@ -161,9 +161,8 @@ class LibvirtDriver(driver.HostDriver):
             self.last_call_count = calls.count
         self._static = found.static
         doms = domains.domains(found.domain_records, self._domain_cache)
-        shared, dedicated = cpusets.check_cpu_sets(
-            self._shared, self._dedicated, self._online_ids(found)
-        )
+        online = self._online_ids(found)
+        shared, dedicated = cpusets.check_cpu_sets(self._shared, self._dedicated, online)
         view = dict(
             vcpus=cpu.online_cpus(found.cpu_map, found.info),
             memory_mb=memory.memory_mb(found.info),
@@ -175,6 +174,7 @@ class LibvirtDriver(driver.HostDriver):
             ),
             cpu_shared_set=shared,
             cpu_dedicated_set=dedicated,
+            online_cpus=online,
             libvirt_version=found.static.libvirt_version,
             metrics=self._metrics(found) if self._cpu_metrics else (),
             **hypervisor.hypervisor(found.hv_type, found.version, found.hostname),

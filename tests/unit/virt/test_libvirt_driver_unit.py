@@ -195,6 +195,7 @@ def test_reads_a_host():
         hypervisor_type="QEMU",
         hypervisor_version=7002022,
         vcpus=6,
+        online_cpus=frozenset(range(6)),
         memory_mb=65536,
         local_gb=100,
         local_gb_used=60,
