@@ -45,15 +45,7 @@ def claim_instance(state, ctx, instance, limits=None, assigned_request=None, *, 
         instance_uuid=instance.uuid,
         assigned_request=assigned_request,
     )
-    numa = None
-    if guest is not None:
-        numa = ensure_numa_fits(
-            state,
-            ctx,
-            guest.cells,
-            emulator_isolate=guest.emulator_isolate,
-            instance_uuid=instance.uuid,
-        )
+    numa = ensure_numa_fits(state, ctx, guest, instance_uuid=instance.uuid)
     return state.with_instance(instance.replace(assigned=frozen_map(chosen), numa=numa))
 
 

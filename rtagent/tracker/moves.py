@@ -97,15 +97,7 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None, *, gue
             instance_uuid=migration.instance_uuid,
             assigned_request=assigned_request,
         )
-        new_numa = None
-        if guest is not None:
-            new_numa = ensure_numa_fits(
-                state,
-                ctx,
-                guest.cells,
-                emulator_isolate=guest.emulator_isolate,
-                instance_uuid=migration.instance_uuid,
-            )
+        new_numa = ensure_numa_fits(state, ctx, guest, instance_uuid=migration.instance_uuid)
         migration = migration.replace(new_assigned=frozen_map(chosen), new_numa=new_numa)
         state = state.forget_released([migration.instance_uuid])
     return state.with_migration(migration)

@@ -402,14 +402,18 @@ def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_reques
     return assigned.pick_from(ctx.offered, state.ids_in_use(), assigned_request, instance_uuid)
 
 
-def ensure_numa_fits(state, ctx, guest_cells, *, emulator_isolate, instance_uuid):
-    """Place ``guest_cells`` on the node's NUMA cells, given every NUMA
-    claim the node holds; shared vCPUs and memory overcommit by the node's
-    VCPU and MEMORY_MB ratios, pinned CPUs and pages never.
+def ensure_numa_fits(state, ctx, guest, *, instance_uuid):
+    """Place ``guest`` (a :class:`~rtagent.numa.constraints.GuestTopology`,
+    or None) on the node's NUMA cells, given every NUMA claim the node
+    holds; shared vCPUs and memory overcommit by the node's VCPU and
+    MEMORY_MB ratios, pinned CPUs and pages never.
 
-    :returns: a :class:`~rtagent.numa.claim.NumaClaim`.
+    :returns: a :class:`~rtagent.numa.claim.NumaClaim`, or None for no
+        topology.
     :raises ComputeResourcesUnavailable: no host cell layout fits.
     """
+    if guest is None:
+        return None
     if not state.numa_cells:
         raise errors.ComputeResourcesUnavailable(
             instance_uuid, ["NUMA: the guest asks for a NUMA topology; the host reports no cells"]
@@ -419,12 +423,13 @@ def ensure_numa_fits(state, ctx, guest_cells, *, emulator_isolate, instance_uuid
         cpu_allocation_ratio=_ratio(ctx.inventories, VCPU),
         ram_allocation_ratio=_ratio(ctx.inventories, MEMORY_MB),
     )
+    isolate = guest.emulator_isolate
     placed = numa_claim.place(
-        guest_cells, cells, limits, emulator_isolate=emulator_isolate, pack=state.policy.numa_pack
+        guest.cells, cells, limits, emulator_isolate=isolate, pack=state.policy.numa_pack
     )
     if placed is None:
         raise errors.ComputeResourcesUnavailable(
-            instance_uuid, [numa_claim.refusal(guest_cells, cells, emulator_isolate)]
+            instance_uuid, [numa_claim.refusal(guest.cells, cells, isolate)]
         )
     return placed
 
