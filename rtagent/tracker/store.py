@@ -33,7 +33,11 @@ LOG = logging.getLogger(__name__)
 
 DB_NAME = "rtagent.sqlite"
 LOCK_NAME = "rtagent.lock"
-SCHEMA_VERSION = 4
+# 5: rows may hold NUMA claims (an instance's "numa", a move's "old_numa"
+# and "new_numa"); the tables are those of 4. An rtagent that understands
+# only 4 would drop them when it rewrites a row, and two guests could then
+# be pinned to one CPU: the version makes it refuse the store instead.
+SCHEMA_VERSION = 5
 _STORE_ID_KEY = "store_id"
 
 # Version 4: rows keyed by (node_uuid, uuid).
@@ -257,7 +261,7 @@ class Store:
                 )
             if found < SCHEMA_VERSION:
                 with self._transaction():
-                    self._migrate()
+                    self._migrate(found)
                 LOG.info(
                     "State store %s migrated from schema %d to %d", self.path, found, SCHEMA_VERSION
                 )
@@ -310,12 +314,14 @@ class Store:
             (("schema_version", str(SCHEMA_VERSION)), (_STORE_ID_KEY, str(uuidlib.uuid4())))
         )
 
-    def _migrate(self):
-        """Bring a version 1-3 store to version 4: copy every row into the
-        new tables. Transaction held: a crash anywhere in it leaves the old
-        store as it was."""
-        for statement in _COMPLETE_OLD + _MIGRATE:
-            self._db.execute(statement)
+    def _migrate(self, found):
+        """Bring a version 1-4 store to this version: from 1-3, copy every
+        row into the tables of 4; 4 to 5 changes only the version.
+        Transaction held: a crash anywhere in it leaves the old store as it
+        was."""
+        if found < 4:
+            for statement in _COMPLETE_OLD + _MIGRATE:
+                self._db.execute(statement)
         meta = [("schema_version", str(SCHEMA_VERSION))]
         if self.get_meta(_STORE_ID_KEY) is None:
             meta.append((_STORE_ID_KEY, str(uuidlib.uuid4())))

@@ -62,7 +62,7 @@ def test_every_row_survives_the_migration(v3_dir):
     before = raw_rows(v3_dir)
     store = Store(str(v3_dir))
     try:
-        assert store.get_meta("schema_version") == str(SCHEMA_VERSION) == "4"
+        assert store.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
         nodes = {n for n, *_ in before["instances"] + before["migrations"]}
         for node in nodes:
             assert store.load_instances(node) == sorted(
@@ -136,7 +136,7 @@ def test_a_store_of_version_1_gets_the_tables_it_lacked(tmp_path):
     db.commit()
     db.close()
     store = Store(str(tmp_path))
-    assert store.get_meta("schema_version") == "4"
+    assert store.get_meta("schema_version") == "5"
     assert store.load_migrations("n") == []
     assert store.load_released("n") == frozenset()
     store.close()
@@ -145,10 +145,30 @@ def test_a_store_of_version_1_gets_the_tables_it_lacked(tmp_path):
 
 def test_a_store_newer_than_this_code_is_refused_untouched(v3_dir):
     db = sqlite3.connect(v3_dir / "rtagent.sqlite")
-    db.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    db.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     db.commit()
     db.close()
     before = raw_rows(v3_dir)
-    with pytest.raises(errors.StateError, match="schema version 5 is newer"):
+    with pytest.raises(errors.StateError, match="schema version 6 is newer"):
         Store(str(v3_dir))
     assert raw_rows(v3_dir) == before
+
+
+def test_a_version_4_store_becomes_5_with_every_row_kept(v3_dir):
+    # A store as rtagent before NUMA claims left it: the tables of 4.
+    Store(str(v3_dir)).close()
+    db = sqlite3.connect(v3_dir / "rtagent.sqlite")
+    db.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    before = raw_rows(v3_dir)
+    store = Store(str(v3_dir))
+    try:
+        assert store.get_meta("schema_version") == "5"
+    finally:
+        store.close()
+    after = raw_rows(v3_dir)
+    assert after["meta"]["schema_version"] == "5"
+    assert {k: v for k, v in after.items() if k != "meta"} == {
+        k: v for k, v in before.items() if k != "meta"
+    }
