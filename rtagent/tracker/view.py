@@ -2,7 +2,8 @@
 function of a node snapshot.
 
 Field names and meanings are nova's ComputeNode's: ``memory_mb_used`` and
-``local_gb_used`` start at the host's reservation, ``vcpus_used`` does not;
+``local_gb_used`` start at the host's reservation, ``vcpus_used`` does not
+and counts pinned vCPUs (PCPU) too, as nova's resource tracker does;
 ``vcpus`` is the VCPU total (``cpu_shared_set``, or every online CPU when
 neither CPU set is given, 0 with ``cpu_dedicated_set`` alone), as nova's
 libvirt driver reports it.
@@ -12,7 +13,7 @@ import datetime
 import json
 
 from rtagent.numa.view import numa_topology
-from rtagent.resources import DISK_GB, MEMORY_MB, VCPU
+from rtagent.resources import DISK_GB, MEMORY_MB, PCPU, VCPU
 from rtagent.tracker import ledger
 
 
@@ -42,7 +43,8 @@ def compute_node(snapshot, host_ip, now=None, metrics=()):
         "hypervisor_version": host.hypervisor_version if host else None,
         "host_ip": host_ip,
         "vcpus": ledger.host_totals(host)[VCPU] if host else 0,
-        "vcpus_used": used.get(VCPU, 0),
+        # nova counts every vCPU of its instances here, pinned ones too.
+        "vcpus_used": used.get(VCPU, 0) + used.get(PCPU, 0),
         "memory_mb": memory_mb,
         "memory_mb_used": memory_used,
         "free_ram_mb": memory_mb - memory_used,

@@ -442,6 +442,8 @@ def test_the_compute_node_view_carries_the_cells_as_nova_reads_them(opened):
     claim = tracker.instance_claim(new_uuid(), Flavor(2, 1024), extra_specs=PINNED)
     tracker.instance_claim(new_uuid(), Flavor(2, 512), extra_specs={"hw:mem_page_size": "2MB"})
     view = compute_node(tracker.snapshot(), "192.0.2.1")
+    assert view["vcpus_used"] == 4  # nova's: every vCPU, the 2 pinned ones too
+    assert view["vcpus"] == 4  # the shared CPUs: VCPU's total
     cells = view["numa_topology"]["cells"]
     assert [c["id"] for c in cells] == [0, 1]
     pinned = {cpu for c in cells for cpu in c["pinned_cpus"]}
