@@ -17,6 +17,8 @@ from nova import context as nova_context
 from nova import exception, objects
 from oslo_serialization import jsonutils
 
+from rtagent.nova import numa
+
 LOG = logging.getLogger(__name__)
 
 # The compute-node view's fields that are the agent's accounting.
@@ -76,15 +78,24 @@ def find_or_create(context, host, service_id, resources, initial_ratios):
 
 
 def copy_driver_facts(cn, resources):
-    """Copy the virt driver's facts (sizes, hypervisor, CPU info, ``uuid``)."""
+    """Copy the virt driver's facts (sizes, hypervisor, CPU info, ``uuid``).
+
+    The driver's ``numa_topology`` (its cells without usage) is copied only
+    onto a record that has none: afterwards :func:`apply_view` writes it
+    with the agent's usage.
+    """
+    if cn.obj_attr_is_set("numa_topology") and cn.numa_topology:
+        resources = {k: v for k, v in resources.items() if k != "numa_topology"}
     cn.update_from_virt_driver(resources)
 
 
-def apply_view(cn, view):
-    """Put the agent's accounting (usage, stats, effective ratios) and host
-    metrics on ``cn``.
+def apply_view(cn, view, driver_numa=None):
+    """Put the agent's accounting (usage, stats, effective ratios, NUMA
+    cells) and host metrics on ``cn``.
 
     :param view: the API's ``get_compute_node`` result.
+    :param driver_numa: the virt driver's ``numa_topology`` (JSON), for
+        what the agent's cells do not carry (sockets, network affinity).
     """
     for field in USAGE_FIELDS:
         value = view.get(field)
@@ -96,6 +107,10 @@ def apply_view(cn, view):
     stats = {str(k): str(v) for k, v in (view.get("stats") or {}).items()}
     if stats != (cn.stats if cn.obj_attr_is_set("stats") else None):
         cn.stats = stats
+    if "numa_topology" in view:  # an agent older than 1.3: leave it be
+        topology = numa.compute_node_topology(driver_numa, view["numa_topology"])
+        if topology != (cn.numa_topology if cn.obj_attr_is_set("numa_topology") else None):
+            cn.numa_topology = topology
     if "metrics" in view:  # an agent older than the field: leave them be
         metrics = metrics_json(view["metrics"])
         if metrics != (cn.metrics if cn.obj_attr_is_set("metrics") else None):

@@ -25,6 +25,7 @@ import threading
 
 import os_traits
 
+from rtagent.nova import numa
 from rtagent.virt import errors
 from rtagent.virt.driver import HostDriver
 from rtagent.virt.host import HostView, ProviderFacts
@@ -36,11 +37,15 @@ class NovaHostDriver(HostDriver):
     """:param virt_driver: a ``nova.virt.driver.ComputeDriver``.
     :param local_node_uuid: callable() -> the host's node UUID, for a
         driver whose resources carry none (nova's persistent local id).
+    :param cpu_sets: callable() -> ``(cpu_shared_set, cpu_dedicated_set)``
+        as frozensets or None (nova.conf's, :func:`rtagent.nova.numa.cpu_sets`),
+        read at each reading; None: neither set.
     """
 
-    def __init__(self, virt_driver, local_node_uuid=None):
+    def __init__(self, virt_driver, local_node_uuid=None, cpu_sets=None):
         self._driver = virt_driver
         self._local_node_uuid = local_node_uuid
+        self._cpu_sets = cpu_sets
         self._mutex = threading.Lock()
         self._resources = {}
         # Every trait update_provider_tree ever put on a root: one it stops
@@ -78,6 +83,7 @@ class NovaHostDriver(HostDriver):
             names = sorted(self._driver.get_available_nodes())
             traits = frozenset(t for t, on in self._capabilities().items() if on)
             readings = {name: self._driver.get_available_resource(name) for name in names}
+            shared, dedicated = self._cpu_sets() if self._cpu_sets is not None else (None, None)
         except Exception as exc:
             raise errors.HostReadError(what="nova virt driver", reason=str(exc)) from exc
         views, kept = [], {}
@@ -87,16 +93,28 @@ class NovaHostDriver(HostDriver):
             res = dict(reading)
             if not res.get("uuid") and self._local_node_uuid is not None:
                 res["uuid"] = self._local_node_uuid()
-            view = view_of(name, res, traits, self._providers(name, res.get("uuid")))
+            view = view_of(
+                name,
+                res,
+                traits,
+                self._providers(name, res.get("uuid"), dedicated),
+                cpu_sets=(shared, dedicated),
+            )
             views.append(view)
             kept[view.hypervisor_hostname] = res
         with self._mutex:
             self._resources = kept
         return views
 
-    def _providers(self, nodename, node_uuid):
+    def _providers(self, nodename, node_uuid, dedicated=None):
         """What the driver's ``update_provider_tree`` reports for the node,
         as :class:`ProviderFacts` (parents first).
+
+        The tree handed to the driver carries the PCPU inventory the agent
+        derives from ``dedicated`` (``cpu_dedicated_set``), as the node's
+        tree in Placement does: nova's libvirt driver asks for a reshape of
+        VCPU to PCPU allocations when it sees pinned CPUs on a root without
+        PCPU, a reshape the agent does not perform (docs/numa.md).
 
         :raises HostReadError: the driver failed or reported an inventory
             without an integer total.
@@ -107,6 +125,8 @@ class NovaHostDriver(HostDriver):
 
         tree = provider_tree.ProviderTree()
         tree.new_root(nodename, node_uuid)
+        if dedicated:
+            tree.update_inventory(nodename, {"PCPU": _pcpu_inventory(len(dedicated))})
         try:
             self._driver.update_provider_tree(tree, nodename)
         except Exception as exc:
@@ -155,8 +175,25 @@ class NovaHostDriver(HostDriver):
         return found
 
 
-def view_of(nodename, res, traits=frozenset(), providers=()):
-    """The :class:`HostView` of one node's ``get_available_resource`` dict."""
+def _pcpu_inventory(total):
+    """The PCPU inventory the agent derives (rtagent.tracker.ledger)."""
+    return {
+        "total": total,
+        "reserved": 0,
+        "min_unit": 1,
+        "max_unit": total,
+        "step_size": 1,
+        "allocation_ratio": 1.0,
+    }
+
+
+def view_of(nodename, res, traits=frozenset(), providers=(), cpu_sets=(None, None)):
+    """The :class:`HostView` of one node's ``get_available_resource`` dict.
+
+    Its NUMA cells are the driver's ``numa_topology``
+    (:func:`rtagent.nova.numa.host_cells`); ``cpu_sets`` is
+    ``(cpu_shared_set, cpu_dedicated_set)``, each a frozenset or None.
+    """
     try:
         cpu = json.loads(res.get("cpu_info") or "{}")
     except (TypeError, ValueError):
@@ -182,4 +219,7 @@ def view_of(nodename, res, traits=frozenset(), providers=()):
         supported_instances=supported,
         providers=tuple(providers),
         node_uuid=res.get("uuid"),
+        numa_cells=numa.host_cells(res.get("numa_topology")),
+        cpu_shared_set=cpu_sets[0],
+        cpu_dedicated_set=cpu_sets[1],
     )

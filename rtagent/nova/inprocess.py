@@ -10,6 +10,7 @@ import logging
 
 from rtagent import builder
 from rtagent import conf as rtconf
+from rtagent.nova import numa
 from rtagent.nova.hostdriver import NovaHostDriver
 from rtagent.nova.link import LocalLink
 from rtagent.rpc.endpoint import AgentEndpoint
@@ -48,6 +49,7 @@ def agent_conf(nova_conf, host, state_path):
             conf.set_override(name, value)
     conf.set_override("count_untracked_domains", False, group="rtagent")
     conf.set_override("reserve_untracked_usage", False, group="rtagent")
+    conf.set_override("reserved_huge_pages", numa.reserved_huge_pages(nova_conf))
     location = nova_conf.compute.provider_config_location
     conf.set_override("provider_config_location", location, group="compute")
     return conf
@@ -62,7 +64,11 @@ def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_
         whose resources carry none (nova's ``get_local_node_uuid``).
     """
     conf = agent_conf(nova_conf, host, state_path)
-    driver = NovaHostDriver(virt_driver, local_node_uuid=local_node_uuid)
+    driver = NovaHostDriver(
+        virt_driver,
+        local_node_uuid=local_node_uuid,
+        cpu_sets=lambda: numa.cpu_sets(nova_conf),
+    )
     views = driver.read_nodes()
     agent = builder.build_agent(
         conf,

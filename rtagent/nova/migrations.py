@@ -15,7 +15,6 @@ import uuid as uuidlib
 
 from nova import exception, objects
 from nova.pci import request as pci_request
-from nova.virt import hardware
 
 # Namespace of the stand-in UUIDs of source nodes in another cell.
 _OTHER_CELL_NODES = uuidlib.UUID("6f1f3c52-5d0e-4c61-9a57-3c7f0e0b9a41")
@@ -71,21 +70,18 @@ def source_node_uuid(context, migration):
         return str(uuidlib.uuid5(_OTHER_CELL_NODES, name))
 
 
-def migration_context(context, instance, migration, new_flavor, image_meta):
-    """(MigrationContext, new NUMA topology) for a move to ``new_flavor``.
-
-    The new topology is what the flavor and image ask for, unpinned (the
-    agent does not place NUMA guests yet); no PCI device is claimed.
-    """
-    numa = requested_numa(new_flavor, image_meta, instance)
+def migration_context(context, instance, migration, new_flavor, new_numa):
+    """The MigrationContext of a move to ``new_flavor`` whose destination
+    placed the guest on ``new_numa`` (an ``InstanceNUMATopology`` with the
+    agent's cells and pinning, or None); no PCI device is claimed."""
     new_requests = pci_request.get_pci_requests_from_flavor(new_flavor)
     new_requests.instance_uuid = instance.uuid
-    context_ = objects.MigrationContext(
+    return objects.MigrationContext(
         context=context,
         instance_uuid=instance.uuid,
         migration_id=migration.id,
         old_numa_topology=instance.numa_topology,
-        new_numa_topology=numa,
+        new_numa_topology=new_numa,
         old_pci_devices=copy.deepcopy(instance.pci_devices),
         new_pci_devices=objects.PciDeviceList(objects=[]),
         old_pci_requests=instance.pci_requests,
@@ -93,13 +89,3 @@ def migration_context(context, instance, migration, new_flavor, image_meta):
         old_resources=instance.resources,
         new_resources=None,
     )
-    return context_, numa
-
-
-def requested_numa(flavor, image_meta, instance):
-    """The NUMA topology ``flavor`` and the image ask for, or None."""
-    if not image_meta:
-        image_meta = instance.image_meta
-    elif not isinstance(image_meta, objects.ImageMeta):
-        image_meta = objects.ImageMeta.from_dict(image_meta)
-    return hardware.numa_get_constraints(flavor, image_meta)

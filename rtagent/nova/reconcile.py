@@ -38,6 +38,8 @@ def reconcile(link, context, host, cn, claim):
     for move in status.get("moves") or ():
         migration = _migration(context, move["migration_uuid"])
         state = migration.status if migration is not None else "error"
+        if _live_migration_landed(context, migration):
+            state = "completed"
         if state in _DONE or state == "finished":
             step(link, "finish_move", cn, move["migration_uuid"])
         if state in _DONE:
@@ -51,7 +53,7 @@ def reconcile(link, context, host, cn, claim):
         context, host, nodename, expected_attrs=["flavor"]
     )
     in_progress = objects.MigrationList.get_in_progress_and_error(context, host, nodename)
-    moving |= {m.instance_uuid for m in in_progress}
+    moving |= {m.instance_uuid for m in in_progress if not _live_migration_landed(context, m)}
     here = {i.uuid for i in instances}
     for uuid in set(status.get("instance_uuids") or ()) - here - moving:
         if _gone_from(context, uuid, host, nodename):
@@ -96,6 +98,23 @@ def _migration(context, migration_uuid):
         return objects.Migration.get_by_uuid(context, migration_uuid)
     except exception.MigrationNotFound:
         return None
+
+
+def _live_migration_landed(context, migration):
+    """True for a live migration whose instance nova already records on
+    the destination (``post_live_migration_at_destination`` ran): the
+    guest runs there and the source frees it now, as nova's source does at
+    the audit it runs then, before the migration's status says
+    ``completed``."""
+    if migration is None or not migration.is_live_migration:
+        return False
+    if migration.status in _DONE or migration.status in _UNDONE:
+        return False
+    try:
+        instance = objects.Instance.get_by_uuid(context, migration.instance_uuid, expected_attrs=[])
+    except exception.InstanceNotFound:
+        return False
+    return (instance.host, instance.node) == (migration.dest_compute, migration.dest_node)
 
 
 def _gone_from(context, instance_uuid, host, nodename):

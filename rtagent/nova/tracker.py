@@ -27,7 +27,7 @@ from nova.compute import task_states
 from nova.compute import utils as compute_utils
 
 from rtagent.exception import RtagentError
-from rtagent.nova import claims, computenode, metrics, migrations, reconcile, requests
+from rtagent.nova import claims, computenode, metrics, migrations, numa, reconcile, requests
 from rtagent.nova.link import AgentRefused
 
 LOG = logging.getLogger(__name__)
@@ -75,6 +75,10 @@ class RtagentResourceTracker:
         self.pci_tracker = None
         self.provider_tree = None
         self._link = None
+        # nodename -> the virt driver's numa_topology at the last audit.
+        self._driver_numa = {}
+        # node UUIDs whose last compute-node view had no NUMA cells.
+        self._without_cells = set()
 
     @property
     def link(self):
@@ -105,6 +109,7 @@ class RtagentResourceTracker:
 
     def remove_node(self, nodename):
         self.stats.pop(nodename, None)
+        self._driver_numa.pop(nodename, None)
         self.compute_nodes.pop(nodename, None)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
@@ -147,6 +152,7 @@ class RtagentResourceTracker:
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _record_node(self, context, nodename, resources):
+        self._driver_numa[nodename] = resources.get("numa_topology")
         cn = self.compute_nodes.get(nodename)
         if cn is None:
             service_id = self.service_ref.id if self.service_ref else None
@@ -199,7 +205,11 @@ class RtagentResourceTracker:
 
     def _write_node(self, cn):
         view = self.link.call("get_compute_node", node_uuid=cn.uuid)
-        computenode.apply_view(cn, view)
+        if view.get("numa_topology"):
+            self._without_cells.discard(cn.uuid)
+        else:
+            self._without_cells.add(cn.uuid)
+        computenode.apply_view(cn, view, self._driver_numa.get(cn.hypervisor_hostname))
         computenode.save_if_changed(cn)
         return view
 
@@ -214,11 +224,16 @@ class RtagentResourceTracker:
             )
         cn = self.compute_nodes[nodename]
         try:
-            self._claim(context, instance, cn, limits)
+            placed = self._claim(context, instance, cn, limits)
         except AgentRefused as exc:
             if exc.code not in _REFUSED:
                 raise
             raise _unavailable(exc) from exc
+        # The cells and pinning the agent chose, as nova's own claim sets
+        # them: the virt driver builds the guest from them.
+        instance.numa_topology = self._placed_topology(
+            cn, instance.flavor, instance.image_meta, placed
+        )
         instance.host = self.host
         instance.launched_on = self.host
         instance.node = cn.hypervisor_hostname
@@ -228,7 +243,8 @@ class RtagentResourceTracker:
         return claims.Claim(context, instance, nodename, self)
 
     def _claim(self, context, instance, cn, limits):
-        self.link.call(
+        """The agent's claim of ``instance`` on ``cn``: its reply."""
+        return self.link.call(
             "instance_claim",
             node_uuid=cn.uuid,
             instance_uuid=instance.uuid,
@@ -236,7 +252,28 @@ class RtagentResourceTracker:
             volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
             project_id=requests.project_id(instance),
             limits=requests.limits(limits),
+            **self._numa_request(cn, instance.flavor, instance.image_meta),
         )
+
+    def _numa_request(self, cn, flavor, image_meta):
+        """The claim's ``extra_specs`` and ``image_properties``; none on a
+        node without NUMA cells, where nova's own claim does not check a
+        guest's NUMA request either (nova's fake drivers; the default
+        flavors of nova's tests ask for ``hw:numa_nodes=1``)."""
+        if cn.uuid in self._without_cells:
+            return {}
+        return {
+            "extra_specs": numa.extra_specs(flavor),
+            "image_properties": numa.image_properties(image_meta),
+        }
+
+    def _placed_topology(self, cn, flavor, image_meta, reply):
+        """The instance NUMA topology of the agent's ``reply`` to a claim
+        or move on ``cn``: None on a node without NUMA cells, as nova's own
+        claim leaves it there."""
+        if cn.uuid in self._without_cells:
+            return None
+        return numa.instance_topology(flavor, image_meta, (reply or {}).get("numa"))
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def abort_instance_claim(self, context, instance, nodename):
@@ -355,8 +392,9 @@ class RtagentResourceTracker:
             host=self.host,
             host_ip=self.driver.get_host_ip_addr(),
         )
+        move_image = image_meta or instance.image_meta
         try:
-            self.link.call(
+            placed = self.link.call(
                 "start_move",
                 node_uuid=cn.uuid,
                 migration_uuid=migration.uuid,
@@ -368,13 +406,15 @@ class RtagentResourceTracker:
                 new_flavor=requests.flavor(new_flavor),
                 volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
                 limits=requests.limits(limits),
+                **self._numa_request(cn, new_flavor, move_image),
             )
         except AgentRefused as exc:
             if exc.code not in _REFUSED:
                 raise
             raise _unavailable(exc) from exc
-        instance.migration_context, numa = migrations.migration_context(
-            context, instance, migration, new_flavor, image_meta
+        new_numa = self._placed_topology(cn, new_flavor, move_image, placed)
+        instance.migration_context = migrations.migration_context(
+            context, instance, migration, new_flavor, new_numa
         )
         instance.save()
         self._write_node(cn)
@@ -386,7 +426,7 @@ class RtagentResourceTracker:
             flavor=new_flavor,
             image_meta=image_meta,
             migration=migration,
-            numa=numa,
+            numa=new_numa,
         )
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
