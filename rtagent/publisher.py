@@ -71,7 +71,9 @@ class NodePublisher:
                 node=self.node_uuid, retry_in=status.retry_in, last_error=status.last_error
             )
         try:
-            outcome = self.sync.sync(desired)
+            # A new, moved or deleted consumer makes the sync look at
+            # Placement now, whatever its refresh interval.
+            outcome = self.sync.sync(desired, local=tracker.snapshot().known_consumers)
             tracker.set_placement_ratios(self.sync.placement_ratios(self.node_uuid))
             self._heal(tracker, outcome.tree)
             self._check_unknown(tracker)

@@ -7,10 +7,11 @@ reused; only providers that moved are re-read. With nothing changed a sync
 costs one read and no write, whatever the size of the node.
 
 With a ``refresh_interval``, even that read is skipped while the desired
-tree is the one last synced and the last read is younger than the interval:
-every local change (a claim's effect on the tree, a host change, a config
-change) still syncs at once, and only changes made by someone else (an
-operator's ratio, a trait) wait for the next due read. This is kubelet's
+tree and the node's consumers are those of the last sync and the last read
+is younger than the interval: every local change (a host or config change,
+a claim, a move, a delete) still syncs at once, and only changes made by
+someone else (an operator's ratio, a trait, an allocation written behind the
+agent's back) wait for the next due read. This is kubelet's
 split of its status report from its status computation; it takes the
 steady cost per node from one read per audit to one per interval.
 
@@ -58,11 +59,13 @@ class SyncResult:
 
 @dataclasses.dataclass(frozen=True)
 class _Synced:
-    """The last successful sync: the tree it was asked for, the tree it
-    synced, and the monotonic time from which Placement must be read
-    again to see other writers' changes."""
+    """The last successful sync: the tree it was asked for, the node's
+    local marker then (its consumers), the tree it synced, and the
+    monotonic time from which Placement must be read again to see other
+    writers' changes."""
 
     reported: object
+    local: object
     tree: object
     due: float
 
@@ -188,8 +191,15 @@ class ProviderSync:
         desired = self._refresh(_root_uuid(desired), desired)
         return diffmod.diff(desired, self._view)
 
-    def sync(self, desired):
+    def sync(self, desired, local=None):
         """Make Placement hold ``desired``.
+
+        :param local: any value that changes when the node changes in a way
+            Placement should be looked at for even if the tree is the same
+            (the node's consumers: a claim makes the scheduler's allocation
+            appear, a delete makes one to heal); with a refresh interval, a
+            sync with the same tree and ``local`` as the last one, within
+            the interval, sends nothing.
 
         :raises SyncConflictsExhausted: conflicts outlasted the policy.
         :raises ProviderNameTaken: our root's name belongs to another UUID.
@@ -200,7 +210,12 @@ class ProviderSync:
         """
         root = _root_uuid(desired)
         synced = self._synced
-        if synced is not None and synced.reported == desired and self._clock() < synced.due:
+        if (
+            synced is not None
+            and synced.reported == desired
+            and synced.local == local
+            and self._clock() < synced.due
+        ):
             return SyncResult(attempts=0, operations=(), tree=synced.tree, read=False)
         self._synced = None
         reported = desired
@@ -267,7 +282,7 @@ class ProviderSync:
             # A refused delete is tried again at the next sync, and a reshape
             # leaves providers to re-read: neither may wait for the interval.
             due = self._clock() + self._refresh_interval * (1.0 - 0.1 * self._rng())
-            self._synced = _Synced(reported, computed_on["desired"], due)
+            self._synced = _Synced(reported, local, computed_on["desired"], due)
         return result
 
     def _same_names(self, desired):

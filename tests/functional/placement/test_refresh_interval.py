@@ -3,13 +3,18 @@ an unchanged node reads Placement once per interval, a local change syncs at
 once, and someone else's change is reconciled at the next due read. Against
 the real Placement app, with a scripted clock."""
 
+import time
+import uuid
+
 import pytest
 
 from rtagent.placement import errors
 from rtagent.placement.sync import ProviderSync
 from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.resources import Inventory, frozen_map
+from tests.functional.conftest import Recorder
 from tests.functional.placement.conftest import get, put_allocation
+from tests.functional.placement.test_node_invariants import RES, TINY
 
 pytestmark = pytest.mark.functional
 
@@ -147,3 +152,34 @@ def test_without_an_interval_every_sync_reads(client, recorder, clock):
         assert sync.sync(tree()).read
     assert recorder.count() == 3
     assert sync.refresh_due_in() is None
+
+
+def test_an_agent_with_the_default_interval(make_agent, make_conf, operator):
+    """The agent as built from config (default 300 s): a steady audit sends
+    nothing; a claim (a new consumer) makes the next audit look at once;
+    status says when the next look for others' changes is due."""
+    recorder = Recorder()
+    conf = make_conf()
+    conf.clear_override("placement_refresh_interval", group="rtagent")
+    assert conf.rtagent.placement_refresh_interval == 300
+    agent = make_agent(conf, observer=recorder)
+    node = agent.tracker.node_uuid
+    agent.audit()
+    recorder.reset()
+    for _ in range(3):
+        assert not agent.audit().sync.read
+    assert recorder.count() == 0
+
+    consumer = str(uuid.uuid4())
+    put_allocation(operator, consumer, {node: RES})
+    agent.tracker.instance_claim(consumer, TINY)
+    assert agent.audit().sync.read
+    urls = [u for _, u, _ in recorder.requests]
+    assert "/resource_providers" in urls  # ?in_tree=<node>
+    assert f"/allocations/{consumer}" in urls  # the unknown-consumer check
+    recorder.reset()
+    agent.audit()
+    assert recorder.count() == 0
+
+    due = agent.sync_status()[node]["next_placement_read"]
+    assert 270 <= due - time.time() <= 300
