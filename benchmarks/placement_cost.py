@@ -187,6 +187,11 @@ def make_conf(workdir, uri):
     # The test driver reports 3 online CPUs: x 400 and 16 MiB guests leave
     # room for 1000+ instances.
     conf.set_override("cpu_allocation_ratio", 1000.0)
+    # Every audit reads: these figures are the cost of one read and of the
+    # ticks after a change. With the default refresh interval an unchanged
+    # node sends nothing between reads (tests/functional/placement/
+    # test_refresh_interval.py).
+    conf.set_override("placement_refresh_interval", 0, group="rtagent")
     return conf
 
 

@@ -202,7 +202,12 @@ def build_agent(
             children = RememberedChildren(
                 store.get_meta, store.set_meta, PUBLISHED_CHILDREN_KEY.format(node=node)
             )
-            sync = ProviderSync(client, retry, children=children)
+            sync = ProviderSync(
+                client,
+                retry,
+                children=children,
+                refresh_interval=conf.rtagent.placement_refresh_interval,
+            )
             return NodePublisher(node, sync, new_backoff(), client, heal_budget=budget)
 
     except BaseException:

@@ -17,6 +17,7 @@ unknown" to the report and "dead" to the healer.
 """
 
 import logging
+import time
 
 from rtagent.placement import allocations
 from rtagent.placement import errors as placement_errors
@@ -33,10 +34,12 @@ class NodePublisher:
     :param client: the PlacementClient for healing and the unknown-consumer
         check, or None to do neither.
     :param heal_budget: a :class:`rtagent.placement.allocations.HealBudget`.
+    :param wall: the wall clock, for the times status reports.
     """
 
-    def __init__(self, node_uuid, sync, backoff, client=None, heal_budget=None):
+    def __init__(self, node_uuid, sync, backoff, client=None, heal_budget=None, *, wall=time.time):
         self.node_uuid = node_uuid
+        self._wall = wall
         self.sync = sync
         self.backoff = backoff
         self._client = client
@@ -68,7 +71,9 @@ class NodePublisher:
                 node=self.node_uuid, retry_in=status.retry_in, last_error=status.last_error
             )
         try:
-            outcome = self.sync.sync(desired)
+            # A new, moved or deleted consumer makes the sync look at
+            # Placement now, whatever its refresh interval.
+            outcome = self.sync.sync(desired, local=tracker.snapshot().known_consumers)
             tracker.set_placement_ratios(self.sync.placement_ratios(self.node_uuid))
             self._heal(tracker, outcome.tree)
             self._check_unknown(tracker)
@@ -136,10 +141,17 @@ class NodePublisher:
         (the node's current known consumers: a claim may have arrived since)."""
         return {c: a for c, a in self._report.unknown.items() if c not in known}
 
+    def _next_read(self):
+        """Wall-clock time of the next read of Placement an unchanged node
+        makes (None: every audit reads)."""
+        due_in = self.sync.refresh_due_in()
+        return None if due_in is None else self._wall() + due_in
+
     def status(self, known=frozenset()):
         """The node's sync state for status, health and metrics."""
         return dict(
             self.backoff.status().to_dict(),
             unknown_consumers=sorted(self.unknown(known)),
             healing_backlog=self._heal_backlog,
+            next_placement_read=self._next_read(),
         )

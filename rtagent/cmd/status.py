@@ -250,6 +250,12 @@ def _sync_lines(node, now):
             lines.append(f"    ... and {len(unknown) - _SHOWN} more (--json lists them all)")
     else:
         lines.append("  unknown consumers: none")
+    due = (sync.get("placement") or {}).get("next_placement_read")
+    if due is not None:
+        lines.append(
+            "  next read of Placement (for changes made by others): "
+            + (f"in {_duration(due - now)}" if due > now else "at the next audit")
+        )
     backlog = (sync.get("healing_backlog") or {}).get(node["node_uuid"])
     if backlog:
         lines.append(f"  healing backlog: {backlog} released consumer(s) left for the next audit")

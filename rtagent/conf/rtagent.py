@@ -42,6 +42,19 @@ ALL_OPTS = [
         "(e.g. while it builds) before it is reported as missing.",
     ),
     cfg.IntOpt(
+        "placement_refresh_interval",
+        default=300,
+        min=0,
+        help="Seconds the agent may go without reading Placement while "
+        "nothing changed on its side. Every local change (host, config, "
+        "claims that change the provider tree) is synced at the next audit "
+        "whatever this says; only changes someone else makes in Placement "
+        "(an operator's allocation ratio or trait, a deleted provider) wait "
+        "up to this long to be seen and reconciled. Each due read is "
+        "brought forward by up to a tenth at random, so agents started "
+        "together spread their reads. 0 reads Placement at every audit.",
+    ),
+    cfg.IntOpt(
         "sync_max_attempts",
         default=4,
         min=1,

@@ -6,6 +6,15 @@ one we last saw is unchanged, so its cached inventories and traits are
 reused; only providers that moved are re-read. With nothing changed a sync
 costs one read and no write, whatever the size of the node.
 
+With a ``refresh_interval``, even that read is skipped while the desired
+tree and the node's consumers are those of the last sync and the last read
+is younger than the interval: every local change (a host or config change,
+a claim, a move, a delete) still syncs at once, and only changes made by
+someone else (an operator's ratio, a trait, an allocation written behind the
+agent's back) wait for the next due read. This is kubelet's
+split of its status report from its status computation; it takes the
+steady cost per node from one read per audit to one per interval.
+
 The diff is computed purely (:mod:`.diff`) and applied; the cached view is
 updated only from Placement's answers to successful writes. A generation
 conflict drops that provider from the cache, and the whole read-diff-write
@@ -43,6 +52,22 @@ class SyncResult:
     # The tree synced: the desired tree, with children known in Placement
     # under another UUID kept under theirs (:meth:`ProviderSync._same_names`).
     tree: object = None
+    # False when the sync was skipped: nothing changed locally and the
+    # last read of Placement is younger than the refresh interval.
+    read: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Synced:
+    """The last successful sync: the tree it was asked for, the node's
+    local marker then (its consumers), the tree it synced, and the
+    monotonic time from which Placement must be read again to see other
+    writers' changes."""
+
+    reported: object
+    local: object
+    tree: object
+    due: float
 
 
 class RememberedChildren:
@@ -99,8 +124,24 @@ class ProviderSync:
         so a child dropped while the process was down stays).
     """
 
-    def __init__(self, client, policy=None, sleep=time.sleep, rng=random.random, children=None):
+    def __init__(
+        self,
+        client,
+        policy=None,
+        sleep=time.sleep,
+        rng=random.random,
+        children=None,
+        *,
+        refresh_interval=0.0,
+        clock=time.monotonic,
+    ):
         self._client = client
+        # Seconds an unchanged desired tree goes without reading Placement
+        # (0: read at every sync). Jittered down by up to a tenth, so a
+        # fleet started together spreads its reads.
+        self._refresh_interval = refresh_interval
+        self._clock = clock
+        self._synced = None
         self._policy = policy or RetryPolicy()
         self._sleep = sleep
         self._rng = rng
@@ -122,8 +163,20 @@ class ProviderSync:
         return self._view
 
     def invalidate(self, uuid=None):
-        """Forget the cached view of ``uuid`` (all providers if None)."""
+        """Forget the cached view of ``uuid`` (all providers if None); the
+        next sync reads Placement whatever the refresh interval."""
         self._view = ProviderTree() if uuid is None else self._view.without(uuid)
+        self._synced = None
+
+    def refresh_due_in(self):
+        """Seconds until the next sync reads Placement even if nothing
+        changed locally; 0 when the next one will; None without a
+        refresh interval (every sync reads)."""
+        if not self._refresh_interval:
+            return None
+        if self._synced is None:
+            return 0.0
+        return max(0.0, self._synced.due - self._clock())
 
     def placement_ratios(self, uuid):
         """resource class -> allocation ratio Placement holds for ``uuid``."""
@@ -138,8 +191,15 @@ class ProviderSync:
         desired = self._refresh(_root_uuid(desired), desired)
         return diffmod.diff(desired, self._view)
 
-    def sync(self, desired):
+    def sync(self, desired, local=None):
         """Make Placement hold ``desired``.
+
+        :param local: any value that changes when the node changes in a way
+            Placement should be looked at for even if the tree is the same
+            (the node's consumers: a claim makes the scheduler's allocation
+            appear, a delete makes one to heal); with a refresh interval, a
+            sync with the same tree and ``local`` as the last one, within
+            the interval, sends nothing.
 
         :raises SyncConflictsExhausted: conflicts outlasted the policy.
         :raises ProviderNameTaken: our root's name belongs to another UUID.
@@ -149,6 +209,15 @@ class ProviderSync:
             ``InventoryInUse``); the view still matches Placement.
         """
         root = _root_uuid(desired)
+        synced = self._synced
+        if (
+            synced is not None
+            and synced.reported == desired
+            and synced.local == local
+            and self._clock() < synced.due
+        ):
+            return SyncResult(attempts=0, operations=(), tree=synced.tree, read=False)
+        self._synced = None
         reported = desired
         computed_on = {}  # the view and tree of the last attempt's operations
 
@@ -208,7 +277,12 @@ class ProviderSync:
                 "Placement updated: %s",
                 "; ".join(changes.describe(op, before) for op in result.operations),
             )
-        self._retire(computed_on["desired"])
+        kept = self._retire(computed_on["desired"])
+        if self._refresh_interval and not kept and not result.reshaped:
+            # A refused delete is tried again at the next sync, and a reshape
+            # leaves providers to re-read: neither may wait for the interval.
+            due = self._clock() + self._refresh_interval * (1.0 - 0.1 * self._rng())
+            self._synced = _Synced(reported, local, computed_on["desired"], due)
         return result
 
     def _same_names(self, desired):
@@ -242,7 +316,9 @@ class ProviderSync:
     def _retire(self, desired):
         """Delete the child providers an earlier desired tree had and this
         one has not, children before parents. A provider Placement refuses
-        to delete (allocations still on it) is tried again next sync."""
+        to delete (allocations still on it) is tried again next sync.
+
+        :returns: the UUIDs of those kept that way."""
         wanted = {p.uuid for p in desired}
         retired = [u for u in self._children if u not in wanted and u in self._listed]
 
@@ -266,6 +342,7 @@ class ProviderSync:
         if children != self._children:
             self._remember(children)
         self._children = children
+        return kept
 
     def _published(self, uuid):
         children = self._children | {uuid}

@@ -56,6 +56,13 @@ class ProviderTree:
     def __len__(self):
         return len(self._by_uuid)
 
+    def __eq__(self, other):
+        if not isinstance(other, ProviderTree):
+            return NotImplemented
+        return self._by_uuid == other._by_uuid
+
+    __hash__ = None  # mutable-looking containers compare by value only
+
     def __iter__(self):
         """Providers ordered so that a parent always precedes its children."""
         done, ordered = set(), []

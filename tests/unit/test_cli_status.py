@@ -91,6 +91,23 @@ def test_unknown_consumers_are_counted_and_listed():
     assert "  healing backlog: 40 released consumer(s) left for the next audit" in text
 
 
+@pytest.mark.parametrize(
+    "due, line",
+    [
+        (NOW + 252, "  next read of Placement (for changes made by others): in 4 min 12 s"),
+        (NOW - 1, "  next read of Placement (for changes made by others): at the next audit"),
+        (None, None),
+    ],
+)
+def test_when_placement_is_read_next(due, line):
+    sync = {"in_sync": True, "last_success": NOW, "placement": {"next_placement_read": due}}
+    text = render(report(sync))
+    if line is None:
+        assert "next read of Placement" not in text
+    else:
+        assert line in text
+
+
 def test_unknown_consumers_from_the_count_alone():
     text = render(report({"in_sync": True, "last_success": NOW, "unknown_consumers": {NODE: 3}}))
     assert "  unknown consumers: 3 (" in text

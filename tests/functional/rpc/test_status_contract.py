@@ -84,6 +84,9 @@ token = admin
 timeout = {PLACEMENT_TIMEOUT_S}
 [rtagent]
 audit_interval = {AUDIT_INTERVAL_S}
+# Every audit reads Placement, so a hung Placement is met at the next one
+# (with an interval, an unchanged node meets it at its next due read).
+placement_refresh_interval = 0
 [daemon]
 startup_delay = 0
 notifications = false
