@@ -138,14 +138,14 @@ def parse_aliases(values, in_placement=False):
                     entry,
                     "name",
                     f"{alias.name!r} repeats entry {first.entry}"
-                    " (one entry per name with pci_in_placement)",
+                    " (one entry per name with [pci] report_in_placement)",
                 )
             if not (alias.vendor_id and alias.product_id) and not alias.resource_class:
                 raise InvalidAlias(entry, "resource_class", "or vendor_id and product_id needed")
         else:
             for key in ("vendor_id", "product_id"):
                 if getattr(alias, key) is None:
-                    raise InvalidAlias(entry, key, "needed (without pci_in_placement)")
+                    raise InvalidAlias(entry, key, "needed (without [pci] report_in_placement)")
         if first is not None:
             _check_repeat(first, alias)
         aliases[alias.name] = (*aliases.get(alias.name, ()), alias)
