@@ -47,8 +47,10 @@ ALL_OPTS = [
         '{"vendor_id": "8086", "product_id": "154c", "physical_network": "physnet1"} '
         'and {"address": "0000:81:00.*", "resource_class": "CUSTOM_FPGA"}. A value '
         "that does not parse stops the start (and check-config) with one line naming "
-        "the entry, counted from 0, and the key at fault. So far rtagent only checks "
-        "the values: it tracks no PCI devices yet.",
+        "the entry, counted from 0, and the key at fault. The devices that match are "
+        "tracked on every audit and offered in the compute-node view's "
+        "pci_device_pools (rtagent status lists them); rtagent does not claim them or "
+        "report them to Placement yet.",
     ),
     cfg.MultiStrOpt(
         "alias",
