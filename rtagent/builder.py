@@ -12,6 +12,7 @@ from keystoneauth1 import loading as ks_loading
 
 from rtagent.agent import Agent
 from rtagent.conf import default as default_conf
+from rtagent.conf import pci as pci_conf
 from rtagent.conf import placement as placement_conf
 from rtagent.placement import provider_config
 from rtagent.placement.allocations import HealBudget
@@ -179,12 +180,15 @@ def build_agent(
         else:
             node_uuid = identity.load_or_create(conf.state_path, store, new_uuid=node_uuid)
         policy = policy_from_conf(conf)
+        # [pci] needs a restart (a reload checks it and keeps this one).
+        pci = pci_conf.parse(conf)
 
         def make_tracker(uuid):
             return Tracker(
                 uuid,
                 store,
                 policy,
+                pci=pci,
                 count_untracked=conf.rtagent.count_untracked_domains,
                 missing_grace=conf.rtagent.missing_domain_grace,
             )

@@ -160,15 +160,18 @@ def render(report):
                 f"{move['instance_uuid']} ({move['status']})"
             )
         drift = node["drift"]
+        held = drift.get("pci_devices_held") or []
         lines.append(
             f"  drift: {len(drift['untracked_domains'])} domain(s) without a claim, "
             f"{len(drift['missing_instances'])} instance(s) without a domain"
+            + (f", {len(held)} PCI device(s) held without a claim" if held else "")
         )
         for dom in drift["untracked_domains"]:
             lines.append(f"    untracked {dom['name']} {dom['uuid']}")
         for inst in drift["missing_instances"]:
             lines.append(f"    missing {inst}")
         lines.extend(_numa_lines(node.get("numa")))
+        lines.extend(_pci_lines(node.get("pci"), held))
         lines.extend(_sync_lines(node, node.get("generated_at") or time.time()))
     return "\n".join(lines)
 
@@ -194,6 +197,35 @@ def _numa_lines(numa):
     for consumer, cpus in numa["lost_cpus"].items():
         listed = ",".join(str(c) for c in cpus)
         lines.append(f"  NUMA: {consumer} keeps CPU(s) {listed}, no longer dedicated CPUs")
+    return lines
+
+
+def _pci_lines(pci, held):
+    """The tracked PCI devices: free ones per pool, and those a domain
+    holds without a claim. Nothing from an agent older than the field."""
+    if pci is None:
+        return []
+    if not pci["devices"]:
+        return ["  PCI devices: none matched by [pci] device_spec"]
+    free = sum(p["count"] for p in pci["pools"])
+    lines = [f"  PCI devices: {pci['devices']} tracked, {free} free in {len(pci['pools'])} pool(s)"]
+    for pool in pci["pools"]:
+        tags = dict(pool["tags"])
+        dev_type, address = tags.pop("dev_type", "?"), tags.pop("address", "?")
+        if tags.get("remote_managed") == "false":
+            del tags["remote_managed"]  # every PF and VF pool says so
+        where = f"of PF {address}" if dev_type == "type-VF" else f"at {address}"
+        node = pool["numa_node"]
+        lines.append(
+            f"    {pool['vendor_id']}:{pool['product_id']} {dev_type} {where}, "
+            + (f"NUMA node {node}" if node is not None else "no NUMA node")
+            + f": {pool['count']} free"
+            + "".join(f" {k}={v}" for k, v in sorted(tags.items()))
+        )
+    for h in held:
+        lines.append(
+            f"    {h['address']} held by domain {h['domain']} {h['owner']} without a claim"
+        )
     return lines
 
 

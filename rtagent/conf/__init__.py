@@ -3,9 +3,9 @@ that the caller owns and passes in (no global CONF inside the core)."""
 
 from oslo_config import cfg
 
-from rtagent.conf import compute, daemon, default, health, libvirt, placement, rtagent
+from rtagent.conf import compute, daemon, default, health, libvirt, pci, placement, rtagent
 
-_GROUP_MODULES = (default, compute, libvirt, placement, rtagent, daemon, health)
+_GROUP_MODULES = (default, compute, libvirt, pci, placement, rtagent, daemon, health)
 
 
 def register_opts(conf):

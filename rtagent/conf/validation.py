@@ -14,7 +14,7 @@ from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from rtagent import exception
-from rtagent.conf import default, libvirt, placement, rtagent
+from rtagent.conf import default, libvirt, pci, placement, rtagent
 from rtagent.virt import hugepages
 
 
@@ -34,10 +34,14 @@ def validate(conf, uri_validator=None):
     :raises rtagent.virt.errors.InvalidReservedHugePages: a
         ``reserved_huge_pages`` value is malformed (checked against the
         host's NUMA cells later, where the host is read).
+    :raises rtagent.pci.errors.InvalidDeviceSpec,
+        rtagent.pci.errors.InvalidAlias: a ``[pci] device_spec`` or
+        ``alias`` value is invalid (the message names the entry and field).
     """
     for group, opts in (
         ("DEFAULT", default.ALL_OPTS),
         (libvirt.GROUP.name, libvirt.ALL_OPTS),
+        (pci.GROUP.name, pci.ALL_OPTS),
         (rtagent.GROUP.name, rtagent.ALL_OPTS),
     ):
         for opt in opts:
@@ -48,6 +52,7 @@ def validate(conf, uri_validator=None):
         raise ConfigError(group="DEFAULT", option="compute_monitors", reason=str(exc)) from exc
     _check_reserved_cpus(conf)
     hugepages.parse(conf.reserved_huge_pages)
+    pci.parse(conf)
     # (A configured ratio of 0.0 means "unset", as in nova; see builder.py.)
     for name in ("initial_" + n for n in default.RATIO_OPTS):
         if conf[name] <= 0:

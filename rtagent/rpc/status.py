@@ -4,6 +4,8 @@ snapshot."""
 
 import time
 
+from rtagent.pci import pools
+
 
 def printable(text):
     """``text`` safe for a terminal or a log line: every character that is
@@ -75,8 +77,16 @@ def node_status(snapshot, sync=None, now=None):
                 {"uuid": d.uuid, "name": d.name} for d in (drift.untracked if drift else ())
             ],
             "missing_instances": list(drift.missing if drift else ()),
+            "pci_devices_held": [
+                {"address": h.address, "owner": h.owner, "domain": h.domain_name}
+                for h in snapshot.pci_held
+            ],
         },
         "numa": _numa(snapshot),
+        "pci": {
+            "devices": len(snapshot.pci_devices),
+            "pools": pools.as_nova_pools(pools.pools(snapshot.pci_devices)),
+        },
         "sync": dict(sync) if sync else None,
         "generated_at": now,
     }

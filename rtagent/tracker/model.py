@@ -9,6 +9,7 @@ import types
 import uuid as uuidlib
 
 from rtagent.numa.claim import NumaClaim
+from rtagent.pci import devices as pcidevs
 from rtagent.resources import (  # noqa: F401 - re-exported for the tracker's users
     DISK_GB,
     MEMORY_MB,
@@ -267,6 +268,12 @@ class NodeSnapshot:
     :param numa_claims: ``((consumer, NumaClaim), ...)``: every NUMA claim
         the node holds (instances, and moves as they count here), sorted by
         consumer; ``numa_cells`` add up exactly these.
+    :param pci_devices: the :class:`~rtagent.pci.devices.DeviceTable` of the
+        node's tracked PCI devices (those ``[pci] device_spec`` matches),
+        devices held by a domain without a claim marked allocated to it.
+    :param pci_held: ``(HeldWithoutClaim, ...)``: tracked PCI devices that a
+        domain holds while no claim accounts for them (PCI drift), sorted
+        by address (see :mod:`rtagent.pci.node`).
     """
 
     node_uuid: str
@@ -293,6 +300,8 @@ class NodeSnapshot:
     numa_cells: tuple = ()
     numa_lost: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     numa_claims: tuple = ()
+    pci_devices: pcidevs.DeviceTable = dataclasses.field(default_factory=pcidevs.make_table)
+    pci_held: tuple = ()
 
     @property
     def hypervisor_hostname(self):

@@ -18,6 +18,8 @@ import types
 
 from rtagent.numa import claim as numa_claim
 from rtagent.numa import model as numa_model
+from rtagent.pci import devices as pcidevs
+from rtagent.pci import node as pci_node
 from rtagent.resources import MEMORY_MB, STANDARD_CLASSES, VCPU, frozen_map
 from rtagent.tracker import assigned, errors, ledger, stats, untracked
 
@@ -41,6 +43,9 @@ def _empty():
 
 def _table():
     return Table()
+
+
+_NO_PCI_DEVICES = pcidevs.make_table()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +80,14 @@ class NodeState:
         against (derived from host, policy and Placement's ratios).
     :param numa_cells: the host's NUMA cells as claims see them before any
         usage (derived from host and policy, see :mod:`rtagent.numa.claim`).
+    :param pci: the parsed ``[pci]`` options (a
+        :class:`rtagent.conf.pci.PciConfig`), or None for none.
+    :param pci_devices: the :class:`~rtagent.pci.devices.DeviceTable` of the
+        host's devices that ``pci``'s device specs match, those held by a
+        domain without a claim marked allocated to it (derived from host
+        and pci, see :mod:`rtagent.pci.node`).
+    :param pci_held: the :class:`~rtagent.pci.node.HeldWithoutClaim` values
+        behind those marks: the node's PCI drift.
     :param pending: instance UUID -> token of a standalone claim whose
         Placement write is in flight; other calls on it are refused with a
         retriable error until its caller settles it.
@@ -101,6 +114,9 @@ class NodeState:
     policy: ledger.ResourcePolicy = dataclasses.field(default_factory=ledger.ResourcePolicy)
     inventories: types.MappingProxyType = dataclasses.field(default_factory=_empty)
     numa_cells: tuple = ()
+    pci: object = None
+    pci_devices: pcidevs.DeviceTable = _NO_PCI_DEVICES
+    pci_held: tuple = ()
     pending: types.MappingProxyType = dataclasses.field(default_factory=_empty)
     sums: InstanceSums | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -115,8 +131,9 @@ class NodeState:
             object.__setattr__(self, "sums", InstanceSums.over(self.instances))
 
     @classmethod
-    def restore(cls, store, node_uuid, policy):
-        """The state of ``node_uuid`` as the store holds it.
+    def restore(cls, store, node_uuid, policy, pci=None):
+        """The state of ``node_uuid`` as the store holds it; ``pci`` is the
+        parsed ``[pci]`` options, as ``policy`` is the policy.
 
         :raises StateError: a row or a metadata value is unreadable.
         """
@@ -138,6 +155,7 @@ class NodeState:
             placement_ratios=ratios,
             failed_builds=failed,
             policy=policy,
+            pci=pci,
         )
 
     def replace(self, **fields):
@@ -178,13 +196,15 @@ class NodeState:
         return ids
 
     def with_inputs(self, **fields):
-        """Replace host, policy or Placement ratios and re-derive the
-        inventories claims are checked against."""
+        """Replace host, policy, PCI options or Placement ratios and
+        re-derive what claims are checked against: inventories, NUMA cells,
+        PCI devices."""
         state = dataclasses.replace(self, **fields)
         if state.host is None:
             return state
         return dataclasses.replace(
             state,
+            **self._pci_fields(state),
             inventories=frozen_map(
                 ledger.inventories(state.host, state.policy, state.placement_ratios)
             ),
@@ -196,6 +216,22 @@ class NodeState:
                 state.host.online_cpus,
             ),
         )
+
+    def _pci_fields(self, state):
+        """``state``'s PCI devices and drift; those of ``self`` when their
+        inputs are the very same (the driver reuses its tuples while nothing
+        changed, so a ratio change or a steady reading costs nothing)."""
+        old, new = self.host, state.host
+        if (
+            old is not None
+            and old.pci_devices is new.pci_devices
+            and old.domains is new.domains
+            and self.pci is state.pci
+        ):
+            return {"pci_devices": self.pci_devices, "pci_held": self.pci_held}
+        specs = state.pci.device_specs if state.pci is not None else ()
+        table, held = pci_node.node_devices(new, specs)
+        return {"pci_devices": table, "pci_held": held}
 
     def numa_held(self):
         """(consumer, NumaClaim) for every NUMA claim the node holds, as
@@ -465,6 +501,8 @@ def snapshot_of(state, count_untracked):
         known_consumers=state.known_consumers(),
         healable=state.healable(),
         pending=frozenset(state.pending),
+        pci_devices=state.pci_devices,
+        pci_held=state.pci_held,
         **_numa_fields(state),
     )
 

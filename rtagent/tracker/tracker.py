@@ -41,6 +41,8 @@ class Tracker:
     :param node_uuid: the node's persistent UUID (see :mod:`.identity`).
     :param store: a :class:`rtagent.tracker.store.Store`.
     :param policy: a :class:`rtagent.tracker.ledger.ResourcePolicy`.
+    :param pci: the parsed ``[pci]`` options (a
+        :class:`rtagent.conf.pci.PciConfig`), or None: no PCI device tracked.
     :param count_untracked: count running domains that no claim accounts
         for as used (nova counts such "orphans" too).
     :param missing_grace: seconds a tracked instance may lack a domain
@@ -54,6 +56,7 @@ class Tracker:
         store,
         policy,
         *,
+        pci=None,
         count_untracked=True,
         missing_grace=600.0,
         clock=time.monotonic,
@@ -71,7 +74,7 @@ class Tracker:
         self._tokens = itertools.count(1)
         # The adopted state: replaced (never mutated) by writers under the
         # lock, read by reference by anyone.
-        self._state = NodeState.restore(store, node_uuid, policy)
+        self._state = NodeState.restore(store, node_uuid, policy, pci)
         # (state, snapshot) of the last snapshot built; readers rebuild it
         # only when the state moved. Two readers racing build it twice, and
         # the tuple is swapped whole, so neither sees a torn pair.
@@ -83,6 +86,9 @@ class Tracker:
         # accounting does not. Replaced whole, read by reference.
         self._host_metrics = ()
         self._lost_cpus = {}  # the NUMA claims' lost CPUs last warned about
+        # The PCI devices tracked and held without a claim, last logged
+        # (None before the first audit).
+        self._pci_logged = None
         LOG.info(
             "Tracker for node %s restored %d instance(s) and %d move(s)",
             node_uuid,
@@ -177,6 +183,7 @@ class Tracker:
             for message in drift.restart_report(snap, self._count_untracked):
                 LOG.warning("Node %s: %s", snap.node_uuid, message)
         self._report_lost_cpus(snap)
+        self._report_pci(snap)
         return snap
 
     def _report_lost_cpus(self, snap):
@@ -194,6 +201,42 @@ class Tracker:
                 snap.node_uuid,
                 consumer,
                 ",".join(str(c) for c in cpus),
+            )
+
+    def _report_pci(self, snap):
+        """Log the tracked PCI devices, and those a domain holds without a
+        claim, when they change (not per audit)."""
+        tracked = tuple(d.address for d in snap.pci_devices)
+        held = snap.pci_held
+        if (tracked, held) == self._pci_logged:
+            return
+        specs = getattr(self._state.pci, "device_specs", ())
+        # Said once at start-up when there are specs, then on every change.
+        old_tracked, old_held = self._pci_logged or (None if specs else (), ())
+        self._pci_logged = (tracked, held)
+        if tracked != old_tracked:
+            LOG.info(
+                "Node %s: %d of the host's %d PCI device(s) match [pci] device_spec",
+                snap.node_uuid,
+                len(tracked),
+                len(snap.host.pci_devices),
+            )
+        for h in sorted(set(held) - set(old_held), key=lambda h: (h.address, h.owner)):
+            LOG.warning(
+                "Node %s: PCI device %s is held by domain %s (%s) without a claim; it is "
+                "not offered to guests while the domain has it",
+                snap.node_uuid,
+                h.address,
+                h.domain_name,
+                h.owner,
+            )
+        for h in sorted(set(old_held) - set(held), key=lambda h: (h.address, h.owner)):
+            LOG.info(
+                "Node %s: PCI device %s is no longer held by domain %s (%s)",
+                snap.node_uuid,
+                h.address,
+                h.domain_name,
+                h.owner,
             )
 
     def mark_host_unavailable(self, reason):

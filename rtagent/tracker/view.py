@@ -6,13 +6,16 @@ Field names and meanings are nova's ComputeNode's: ``memory_mb_used`` and
 and counts pinned vCPUs (PCPU) too, as nova's resource tracker does;
 ``vcpus`` is the VCPU total (``cpu_shared_set``, or every online CPU when
 neither CPU set is given, 0 with ``cpu_dedicated_set`` alone), as nova's
-libvirt driver reports it.
+libvirt driver reports it. ``pci_device_pools`` is nova's PciDevicePool
+list (what its PciPassthroughFilter reads): the free tracked devices,
+grouped as nova groups them.
 """
 
 import datetime
 import json
 
 from rtagent.numa.view import numa_topology
+from rtagent.pci import pools
 from rtagent.resources import DISK_GB, MEMORY_MB, PCPU, VCPU
 from rtagent.tracker import ledger
 
@@ -62,6 +65,7 @@ def compute_node(snapshot, host_ip, now=None, metrics=()):
         "supported_instances": [list(s) for s in getattr(host, "supported_instances", ())],
         "metrics": metrics_list(metrics),
         "numa_topology": numa_topology(snapshot.numa_cells),
+        "pci_device_pools": pools.as_nova_pools(pools.pools(snapshot.pci_devices)),
         "updated_at": updated,
     }
 

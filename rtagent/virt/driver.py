@@ -3,8 +3,8 @@
 A driver reads; it never changes the host. ``read_host`` is called outside the
 tracker lock, once per audit, and must cost the hypervisor a bounded number of
 calls whatever the number of domains. Host metrics (nova's ``compute_monitors``)
-are read in the same pass and travel in ``HostView.metrics``; a driver without
-them leaves that empty.
+are read in the same pass and travel in ``HostView.metrics``, the host's PCI
+devices in ``HostView.pci_devices``; a driver without them leaves those empty.
 """
 
 import abc

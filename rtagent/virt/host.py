@@ -218,6 +218,12 @@ class HostView:
         comparisons: they change on every reading, and a reading that
         differs only in them says nothing new about the node's resources
         (the tracker keeps its state, snapshot and store as they are).
+    :param pci_devices: the host's PCI functions, a tuple of
+        :class:`rtagent.pci.model.HostDevice` sorted by address: every
+        function the hypervisor lists (bridges included), whatever the
+        device spec says may be assigned; NIC functions carry their
+        interface name. ``()`` when the driver does not discover PCI devices
+        (the nova integration, a libvirt without node devices).
     """
 
     hypervisor_hostname: str
@@ -244,4 +250,5 @@ class HostView:
     libvirt_version: int = 0
     providers: tuple = ()
     node_uuid: str | None = None
+    pci_devices: tuple = ()
     metrics: tuple = dataclasses.field(default=(), compare=False)

@@ -91,6 +91,62 @@ def test_reserved_cpus_and_huge_pages_are_one_line_each(tmp_path, extra, message
     assert not (tmp_path / "state").exists()
 
 
+def test_a_pci_section_passes_under_nova_s_names_old_and_new(tmp_path):
+    conf = write_conf(
+        tmp_path,
+        extra="[DEFAULT]\n"
+        'pci_passthrough_whitelist = {"vendor_id": "8086", "product_id": "154c"}\n'
+        "[pci]\n"
+        'device_spec = [{"address": "0000:81:00.*", "physical_network": "physnet1"},\n'
+        '    {"devname": "eth1", "trusted": "true"}]\n'
+        'alias = {"name": "nic", "vendor_id": "8086", "product_id": "154c",\n'
+        '    "device_type": "type-VF", "numa_policy": "preferred"}\n'
+        "report_in_placement = false\n",
+    )
+    result = rtagent("--config-file", str(conf), "check-config")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"rtagent: configuration OK ({conf})"
+
+
+@pytest.mark.parametrize(
+    "pci, message",
+    [
+        (
+            'device_spec = {"vendor_id": "8086", "address": "0000:0g:00.0"}\n',
+            "[pci] device_spec entry 0: address: bus '0g' is not hex or *",
+        ),
+        (
+            'device_spec = {"vendor_id": "8086"}\n'
+            'device_spec = {"devname": "eth0", "address": "*:0a:00.*"}\n',
+            "[pci] device_spec entry 1: address: address and devname exclude each other",
+        ),
+        ("device_spec = not json\n", "[pci] device_spec entry 0: (entry): not valid JSON"),
+        (
+            'alias = {"name": "qat", "vendor_id": "8086"}\n',
+            "[pci] alias entry 0: product_id: needed (without [pci] report_in_placement)",
+        ),
+        (
+            'alias = {"name": "qat", "vendor_id": "8086", "product_id": "0443", '
+            '"numa_policy": "strict"}\n',
+            "[pci] alias entry 0: numa_policy: 'strict' is not one of required, legacy, "
+            "preferred, socket",
+        ),
+        (
+            "report_in_placement = maybe\n",
+            "[pci] report_in_placement: invalid value: Unexpected boolean value 'maybe'",
+        ),
+    ],
+)
+def test_pci_values_are_one_line_each(tmp_path, pci, message):
+    conf = write_conf(tmp_path, extra=f"[pci]\n{pci}")
+    for command in ("check-config", "audit"):
+        result = rtagent("--config-file", str(conf), command)
+        assert result.returncode == 2, (command, result)
+        assert result.stderr.splitlines() == [f"rtagent: error: {message}"], command
+        assert result.stdout == ""
+    assert not (tmp_path / "state").exists()
+
+
 def test_the_agent_warns_of_unknown_names_at_start(tmp_path):
     conf = write_conf(tmp_path, extra="[rtagent]\naudit_intervall = 5\n")
     result = rtagent("--config-file", str(conf), "audit")

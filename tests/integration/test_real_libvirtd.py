@@ -128,11 +128,11 @@ def test_audit_cost_is_constant_in_domains(libvirtd, guests, driver, admin):
     try:
         driver.read_host()
         # the new domain's XML (its host devices) is read once
-        assert driver.last_call_count == before + 1 == 8
+        assert driver.last_call_count == before + 1 == 9
         time.sleep(1)  # let the guest's lifecycle events arrive
         driver.read_host()  # they may ask for its XML once more
         driver.read_host()
-        assert driver.last_call_count == before == 7
+        assert driver.last_call_count == before == 8
     finally:
         libvirtd.destroy_guest(admin, extra)
 

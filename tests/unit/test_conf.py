@@ -89,7 +89,16 @@ def test_state_path_that_is_a_file(tmp_path):
 
 def test_every_group_is_listed_for_the_sample():
     groups = {str(g) for g, _ in opts.list_opts()}
-    assert groups == {"DEFAULT", "compute", "libvirt", "placement", "rtagent", "daemon", "health"}
+    assert groups == {
+        "DEFAULT",
+        "compute",
+        "libvirt",
+        "pci",
+        "placement",
+        "rtagent",
+        "daemon",
+        "health",
+    }
 
 
 def test_nova_default_instances_path():

@@ -26,6 +26,7 @@ from rtagent.virt.libvirt.probes import (
     hypervisor,
     memory,
     numa,
+    pcidevices,
     xmlutil,
 )
 from rtagent.virt.libvirt.uri import validate_uri
@@ -56,8 +57,9 @@ class LibvirtDriver(driver.HostDriver):
     :param events: run libvirt's event loop (process-wide, started before the
         first open) for lifecycle events, close detection and keepalive.
     :param on_change: callable with no arguments, called (from the event
-        thread) when a domain starts, stops, is defined or undefined, or the
-        connection is lost; the agent passes its loop's ``Trigger.pull``.
+        thread) when a domain starts, stops, is defined or undefined, a PCI
+        or net node device appears, goes or changes, or the connection is
+        lost; the agent passes its loop's ``Trigger.pull``.
     :param keepalive: ``(interval s, count)``; needs ``events``.
     :param observer: a :class:`rtagent.virt.libvirt.calls.CallObserver`
         told, on the calling thread, before every libvirt call this driver
@@ -75,7 +77,9 @@ class LibvirtDriver(driver.HostDriver):
     :meth:`read_host` made (counting the open if it opened the connection).
     Client-side accessors (``dom.UUIDString()``, ``dom.name()``) are not
     calls. On a driver that fills the domain stats it does not depend on the
-    number of domains.
+    number of domains, nor on the number of PCI devices: their node devices
+    are listed once per reading and a device's XML is read only when its
+    name is new (or an event said it changed).
     """
 
     def __init__(
@@ -116,11 +120,14 @@ class LibvirtDriver(driver.HostDriver):
         self._static = None
         self._info_cache = {}
         self._hostdev_cache = {}
+        self._node_devices = facts.NodeDeviceCache()
         self._domain_cache = domains.DomainCache()
         # (input, result) of the last reading's derivations that are O(N) or
         # parse XML: a steady reading has the same inputs and reuses them.
         self._overcommit = (None, 0)
         self._capability_facts = (None, {})
+        self._pci = (None, ())
+        self._pci_unsupported = False
         self._cpu_metrics = cpu_metrics
         self._utcnow = utcnow or _utcnow
         # The last reading's CPU times (the base of the next percents), and
@@ -156,6 +163,7 @@ class LibvirtDriver(driver.HostDriver):
                 self._info_cache,
                 self._hostdev_cache,
                 cpu_stats=self._cpu_metrics,
+                node_device_cache=self._node_devices,
             )
         finally:
             self.last_call_count = calls.count
@@ -177,6 +185,7 @@ class LibvirtDriver(driver.HostDriver):
             online_cpus=online,
             libvirt_version=found.static.libvirt_version,
             metrics=self._metrics(found) if self._cpu_metrics else (),
+            pci_devices=self._pci_devices(found),
             **hypervisor.hypervisor(found.hv_type, found.version, found.hostname),
         )
         view.update(self._capabilities(found))
@@ -202,6 +211,21 @@ class LibvirtDriver(driver.HostDriver):
             return ()
         previous, self._cpu_times = self._cpu_times, times
         return cpu_stats.cpu_metrics(times, previous, mhz, timestamp)
+
+    def _pci_devices(self, found):
+        xml_by_name = found.node_devices
+        if xml_by_name is None:
+            if not self._pci_unsupported:
+                LOG.info("libvirt at %s lists no node devices: no PCI devices", self.uri)
+                self._pci_unsupported = True
+            return ()
+        self._pci_unsupported = False
+        # Parsing every device's XML costs O(devices) a reading; the cached
+        # strings are the very same objects while nothing changed, so the
+        # comparison is cheap and the last tuple is reused.
+        if xml_by_name != self._pci[0]:
+            self._pci = (xml_by_name, pcidevices.pci_devices(xml_by_name))
+        return self._pci[1]
 
     def _overcommitted(self, doms):
         # The domain probe returns the very same tuple while no domain changed.
@@ -305,7 +329,13 @@ class LibvirtDriver(driver.HostDriver):
         # Runs inside Connection.get(), on the reading's thread, outside Calls.
         self._observer.before("connection setup")
         interval, count = self._keepalive
-        conn.setKeepAlive(interval, count)
+        try:
+            conn.setKeepAlive(interval, count)
+        except libvirt.libvirtError as exc:
+            # Only remote connections have keepalive (not the embedded test
+            # driver); events are still worth registering without it.
+            if exc.get_error_code() not in connection.UNSUPPORTED:
+                raise
         conn.registerCloseCallback(self._on_close, None)
         conn.domainEventRegisterAny(
             None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
@@ -317,6 +347,26 @@ class LibvirtDriver(driver.HostDriver):
             libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
         ):
             conn.domainEventRegisterAny(None, event_id, self._on_device, None)
+        # Last: a daemon without the node-device driver refuses these, and
+        # then hot-plug and removal are still seen at the next reading (a
+        # name appears or goes); only a card swapped into the same slot
+        # between two readings would keep its old XML.
+        try:
+            conn.nodeDeviceEventRegisterAny(
+                None,
+                libvirt.VIR_NODE_DEVICE_EVENT_ID_LIFECYCLE,
+                self._on_node_device_lifecycle,
+                None,
+            )
+            conn.nodeDeviceEventRegisterAny(
+                None, libvirt.VIR_NODE_DEVICE_EVENT_ID_UPDATE, self._on_node_device, None
+            )
+        except libvirt.libvirtError as exc:
+            LOG.info(
+                "No node-device events from %s (%s): PCI changes are seen at the next audit",
+                self.uri,
+                connection.message(exc),
+            )
 
     def _on_lifecycle(self, _conn, dom, event, detail, _opaque):
         self.events_received += 1
@@ -330,6 +380,20 @@ class LibvirtDriver(driver.HostDriver):
         self._hostdev_cache.pop(dom.UUIDString(), None)
         LOG.debug("libvirt device event for domain %s (%s)", dom.name(), device)
         self._notify()
+
+    def _on_node_device_lifecycle(self, conn, dev, _event, _detail, opaque):
+        # Created, deleted, defined or undefined: the same for the cache.
+        self._on_node_device(conn, dev, opaque)
+
+    def _on_node_device(self, _conn, dev, _opaque):
+        self.events_received += 1
+        name = dev.name()  # client-side, no call back into libvirt
+        self._node_devices.forget(name)
+        # libvirt names them pci_DDDD_BB_SS_F and net_<ifname>_<mac>; other
+        # devices (USB, SCSI, storage) change no PCI inventory.
+        if name.startswith(("pci_", "net_")):
+            LOG.debug("libvirt node device event for %s", name)
+            self._notify()
 
     def _on_close(self, conn, reason, _opaque):
         why = connection.CLOSE_REASONS.get(reason, f"reason {reason}")

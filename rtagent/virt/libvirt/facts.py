@@ -5,12 +5,13 @@
 
 This is the only module that talks to libvirt for a reading; the probes turn
 what it returns into host values. With a driver that fills the requested
-stats groups (QEMU) a reading costs six calls whatever the number of domains,
-one more with host metrics (``getCPUStats``).
+stats groups (QEMU) a reading costs eight calls whatever the number of domains
+and PCI devices, one more with host metrics (``getCPUStats``).
 """
 
 import collections
 import logging
+import threading
 
 import libvirt
 
@@ -28,6 +29,14 @@ DOMAIN_STATS = (
     | libvirt.VIR_DOMAIN_STATS_BALLOON
     | libvirt.VIR_DOMAIN_STATS_BLOCK
 )
+# PCI functions, and the net devices that name a NIC function's interface.
+NODE_DEVICE_FLAGS = (
+    libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV
+    | libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_NET
+)
+# A device listed and then removed (hot-unplug, a VF count lowered) before
+# its XML is read.
+NO_NODE_DEVICE = frozenset({libvirt.VIR_ERR_NO_NODE_DEVICE})
 
 HostFacts = collections.namedtuple(
     "HostFacts",
@@ -42,8 +51,9 @@ HostFacts = collections.namedtuple(
         "static",
         "cpu_stats",
         "cpu_stats_error",
+        "node_devices",
     ],
-    defaults=(None, None),
+    defaults=(None, None, None),
 )
 HostFacts.__doc__ = """Raw facts of one reading.
 
@@ -59,6 +69,9 @@ HostFacts.__doc__ = """Raw facts of one reading.
     for and given; else None.
 :param cpu_stats_error: why they were asked for and not given (libvirt's
     words), else None; the reading goes on without host metrics.
+:param node_devices: dict node-device name -> ``XMLDesc(0)`` of the PCI and
+    ``net`` node devices, when asked for; None when not asked for or the
+    driver has no node devices (``VIR_ERR_NO_SUPPORT``).
 """
 
 
@@ -83,7 +96,63 @@ driver does not support them (the test driver).
 """
 
 
-def gather(calls, static=None, info_cache=None, hostdev_cache=None, cpu_stats=False):
+class NodeDeviceCache:
+    """Node-device XML kept across readings: name -> ``XMLDesc(0)``.
+
+    A device's XML is read when its name first appears and kept while it is
+    listed, so a steady reading costs one list call whatever the number of
+    devices. Hot-plug is a new name, removal a name no longer listed. A card
+    swapped into the same slot keeps the name: :meth:`forget`, called on a
+    node-device event, makes the next reading read it again.
+    """
+
+    def __init__(self):
+        self._xml = {}
+        # forget() runs in libvirt's event thread, the rest in the audit's.
+        self._mutex = threading.Lock()
+        # Bumped by forget(): an XML read while it changed may predate the
+        # event and is used once, not kept.
+        self.epoch = 0
+
+    def get(self, name):
+        with self._mutex:
+            return self._xml.get(name)
+
+    def keep(self, name, xml, epoch):
+        """Keep ``xml`` unless a device was forgotten since ``epoch``."""
+        with self._mutex:
+            if epoch == self.epoch:
+                self._xml[name] = xml
+
+    def forget(self, name):
+        """Drop ``name`` (libvirt's event thread)."""
+        with self._mutex:
+            self.epoch += 1
+            self._xml.pop(name, None)
+
+    def prune(self, listed):
+        """Drop every name not in ``listed``."""
+        with self._mutex:
+            for gone in set(self._xml) - set(listed):
+                del self._xml[gone]
+
+    def clear(self):
+        with self._mutex:
+            self._xml.clear()
+
+    def __len__(self):
+        return len(self._xml)
+
+
+def gather(
+    calls,
+    static=None,
+    info_cache=None,
+    hostdev_cache=None,
+    *,
+    cpu_stats=False,
+    node_device_cache=None,
+):
     """Read the host's raw facts through ``calls``.
 
     :param calls: a :class:`rtagent.virt.libvirt.calls.Calls`.
@@ -96,6 +165,9 @@ def gather(calls, static=None, info_cache=None, hostdev_cache=None, cpu_stats=Fa
         read once when it appears, not on every audit. None: not read.
     :param cpu_stats: also read the node's CPU stats (one call, for host
         metrics); their failure never fails the reading.
+    :param node_device_cache: a :class:`NodeDeviceCache` kept by the caller:
+        the PCI and net node devices are listed (one call) and only new
+        names' XML is read. None: not read.
     :returns: a :class:`HostFacts`.
     :raises rtagent.virt.errors.HypervisorUnavailable: the connection failed.
     :raises rtagent.virt.errors.HostReadError: a fact could not be read.
@@ -109,21 +181,47 @@ def gather(calls, static=None, info_cache=None, hostdev_cache=None, cpu_stats=Fa
     caps = calls("capabilities", conn.getCapabilities, tolerate=connection.UNSUPPORTED)
     if static is None or static.opens != calls.opens:
         static = _static(calls, conn, caps)
-        for cache in (info_cache, hostdev_cache):
+        for cache in (info_cache, hostdev_cache, node_device_cache):
             if cache is not None:
                 cache.clear()  # a new connection may be a new daemon
     stats = calls("domain stats", conn.getAllDomainStats, DOMAIN_STATS, 0)
+    records = _domain_records(calls, stats, info_cache, hostdev_cache)
+    host_stats, host_stats_error = _cpu_stats(calls, conn) if cpu_stats else (None, None)
     return HostFacts(
         info,
         cpu_map,
         hv_type,
         version,
         hostname,
-        _domain_records(calls, stats, info_cache, hostdev_cache),
+        records,
         caps,
         static,
-        *(_cpu_stats(calls, conn) if cpu_stats else (None, None)),
+        host_stats,
+        host_stats_error,
+        None if node_device_cache is None else _node_devices(calls, conn, node_device_cache),
     )
+
+
+def _node_devices(calls, conn, cache):
+    listed = calls(
+        "node devices", conn.listAllDevices, NODE_DEVICE_FLAGS, tolerate=connection.UNSUPPORTED
+    )
+    if listed is None:
+        cache.clear()
+        return None
+    found = {}
+    for dev in listed:
+        name = dev.name()  # client-side, not a call
+        xml = cache.get(name)
+        if xml is None:
+            epoch = cache.epoch
+            xml = calls(f"XML of node device {name}", dev.XMLDesc, 0, tolerate=NO_NODE_DEVICE)
+            if xml is None:
+                continue  # removed between the list and the read: gone
+            cache.keep(name, xml, epoch)
+        found[name] = xml
+    cache.prune(found)
+    return found
 
 
 def _cpu_stats(calls, conn):

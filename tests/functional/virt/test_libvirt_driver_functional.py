@@ -73,16 +73,17 @@ def test_demo_host_getinfo_reports_the_cpu_element():
 
 def test_connection_is_reused_and_calls_are_counted(demo):
     demo.read_host()
-    # Open + 7 calls + one dom.info() per domain (the test driver's stats
+    # Open + 8 calls (listAllDevices among them: the demo host has no PCI
+    # devices) + one dom.info() per domain (the test driver's stats
     # carry only the state) + once per connection: getLibVersion and
     # getDomainCapabilities (unsupported here, so isAlive is asked too;
     # no baselineCPU, the test host's CPU has no model).
     # The domain XML (host devices) is read once per domain too.
-    assert demo.last_call_count == 1 + 7 + 2 * len(DEMO_DOMAINS) + 3
+    assert demo.last_call_count == 1 + 8 + 2 * len(DEMO_DOMAINS) + 3
     for _ in range(3):
         demo.read_host()
     # dom.info() answers are kept while a domain's state is unchanged.
-    assert demo.last_call_count == 7
+    assert demo.last_call_count == 8
     assert demo.connection_opens == 1
 
 

@@ -23,9 +23,10 @@ CAPS = (FIXTURES / "x86_64-capabilities.xml").read_text()
 DOMCAPS = (FIXTURES / "x86_64-domcaps-kvm.xml").read_text()
 EXPANDED = (FIXTURES / "x86_64-baseline-expanded.xml").read_text()
 # A reading: getInfo, getCPUMap, getType, getVersion, getHostname,
-# getCapabilities, getAllDomainStats. The first after an open adds
-# getLibVersion, getDomainCapabilities and baselineCPU.
-READING = 7
+# getCapabilities, getAllDomainStats, listAllDevices (no node devices here).
+# The first after an open adds getLibVersion, getDomainCapabilities and
+# baselineCPU.
+READING = 8
 STATIC = 3
 STATVFS = os.statvfs_result((4096, 4096, 100 * GIB // 4096, 40 * GIB // 4096, 0, 0, 0, 0, 0, 255))
 
@@ -123,6 +124,9 @@ class FakeConn:
     def getAllDomainStats(self, stats, flags):
         assert flags == 0  # every domain, active or not
         return self._answer("getAllDomainStats", self.domains)
+
+    def listAllDevices(self, flags):
+        return self._answer("listAllDevices", [])
 
     def isAlive(self):
         self.calls.append("isAlive")

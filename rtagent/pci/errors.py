@@ -1,0 +1,62 @@
+"""Errors of PCI device specs, aliases, requests and device states.
+
+Codes are stable: never change them.
+"""
+
+from rtagent import exception
+
+
+class PciError(exception.RtagentError):
+    code = "pci.error"
+    msg_fmt = "PCI error."
+
+
+class InvalidDeviceSpec(PciError):
+    """A ``[pci] device_spec`` entry is invalid. ``entry`` is its position
+    (0-based) among the option's values, ``field`` the key at fault (None
+    when the entry as a whole is wrong, e.g. not JSON)."""
+
+    code = "pci.invalid_device_spec"
+    msg_fmt = "[pci] device_spec entry {entry}: {field}: {reason}"
+
+    def __init__(self, entry, field, reason):
+        self.entry = entry
+        self.field = field
+        self.reason = reason
+        super().__init__(entry=entry, field=field or "(entry)", reason=reason)
+
+
+class InvalidAlias(PciError):
+    """A ``[pci] alias`` entry is invalid; as :class:`InvalidDeviceSpec`."""
+
+    code = "pci.invalid_alias"
+    msg_fmt = "[pci] alias entry {entry}: {field}: {reason}"
+
+    def __init__(self, entry, field, reason):
+        self.entry = entry
+        self.field = field
+        self.reason = reason
+        super().__init__(entry=entry, field=field or "(entry)", reason=reason)
+
+
+class InvalidRequest(PciError):
+    """A PCI request names an unknown alias or has a bad count or field."""
+
+    code = "pci.invalid_request"
+    msg_fmt = "PCI request: {reason}"
+
+
+class DevicesUnavailable(PciError):
+    """No set of free devices satisfies the requests (with their NUMA
+    policies); ``reason`` says which request could not be met."""
+
+    code = "pci.devices_unavailable"
+    msg_fmt = "PCI devices unavailable: {reason}"
+
+
+class InvalidTransition(PciError):
+    """A device cannot go from its status to the one asked (e.g. claiming
+    an allocated device, or freeing a device another instance holds)."""
+
+    code = "pci.invalid_transition"
+    msg_fmt = "PCI device {address}: {reason}"

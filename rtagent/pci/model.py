@@ -1,0 +1,35 @@
+"""The PCI devices a host has, as discovery reports them. Immutable."""
+
+import dataclasses
+
+# nova's device types (nova.objects.fields.PciDeviceType).
+TYPE_PCI = "type-PCI"
+TYPE_PF = "type-PF"
+TYPE_VF = "type-VF"
+DEVICE_TYPES = (TYPE_PCI, TYPE_PF, TYPE_VF)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostDevice:
+    """One PCI function on the host.
+
+    :param address: ``dddd:bb:ss.f``, lower-case hex.
+    :param vendor_id: 4 lower-case hex digits (``8086``).
+    :param product_id: 4 lower-case hex digits.
+    :param dev_type: one of :data:`DEVICE_TYPES`; a PF is a function that
+        can create VFs, a VF one created by a PF.
+    :param numa_node: the host NUMA cell the device is attached to, or None
+        when the host does not say.
+    :param parent_addr: a VF's PF address; None otherwise.
+    :param class_code: the 6-hex-digit PCI class (``020000`` is Ethernet).
+    :param devname: the network interface name of a NIC function, if any.
+    """
+
+    address: str
+    vendor_id: str
+    product_id: str
+    dev_type: str = TYPE_PCI
+    numa_node: int | None = None
+    parent_addr: str | None = None
+    class_code: str = ""
+    devname: str | None = None

@@ -1,0 +1,348 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""Pools of free PCI devices (nova's keys and counts, nova's published
+shape) and the choice of devices for requests under each NUMA policy and
+the PF/VF rules."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rtagent.pci import devices, errors, model, pools
+from rtagent.pci.pools import LEGACY, PREFERRED, REQUIRED, SOCKET, PciRequest
+
+PF1, VF1A, VF1B = "0000:81:00.0", "0000:81:02.0", "0000:81:02.1"
+PF2, VF2A, VF2B = "0000:82:00.0", "0000:82:02.0", "0000:82:02.1"
+GPU = "0000:05:00.0"
+
+
+def pf(address, numa_node):
+    return model.HostDevice(address, "8086", "1572", model.TYPE_PF, numa_node)
+
+
+def vf(address, parent, numa_node):
+    return model.HostDevice(address, "8086", "154c", model.TYPE_VF, numa_node, parent)
+
+
+# Two PFs with two VFs each, one per NUMA cell, and a GPU with no NUMA node.
+SRIOV_HOST = (
+    (pf(PF1, 0), {"physical_network": "physnet1"}),
+    (vf(VF1A, PF1, 0), {"physical_network": "physnet1"}),
+    (vf(VF1B, PF1, 0), {"physical_network": "physnet1"}),
+    (pf(PF2, 1), {"physical_network": "physnet2"}),
+    (vf(VF2A, PF2, 1), {"physical_network": "physnet2"}),
+    (vf(VF2B, PF2, 1), {"physical_network": "physnet2"}),
+    (model.HostDevice(GPU, "10de", "1db4"), {"resource_class": "CUSTOM_GPU", "traits": ("A",)}),
+)
+
+# Four cells, 0-1 on socket 0 and 2-3 on socket 1; a GPU on each of cells
+# 0, 1 and 2 and one with no NUMA node.
+GPU0, GPU1, GPU2, GPUX = "0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"
+NUMA_HOST = tuple(
+    (model.HostDevice(address, "10de", "1db4", numa_node=node), {})
+    for address, node in ((GPU0, 0), (GPU1, 1), (GPU2, 2), (GPUX, None))
+)
+SOCKETS = {0: 0, 1: 0, 2: 1, 3: 1}
+GPU_SPEC = {"vendor_id": "10de", "product_id": "1db4"}
+VF_SPEC = {"vendor_id": "8086", "product_id": "154c"}
+PF_SPEC = {"vendor_id": "8086", "dev_type": model.TYPE_PF}
+
+
+def table_of(host, *claims):
+    table = devices.refresh(devices.make_table(), host)
+    for addresses, owner in claims:
+        table = devices.claim(table, addresses, owner, "r0")
+    return table
+
+
+def request(spec, count=1, policy=LEGACY, request_id="r1", alias=None):
+    specs = spec if isinstance(spec, tuple) else (spec,)
+    return PciRequest(request_id, count, specs, policy, alias)
+
+
+def summary(pool_values):
+    return [
+        (p.vendor_id, p.product_id, p.numa_node, p.dev_type, p.address, p.count, dict(p.tags))
+        for p in pool_values
+    ]
+
+
+PHYSNET1 = {"physical_network": "physnet1", "remote_managed": "false"}
+PHYSNET2 = {"physical_network": "physnet2", "remote_managed": "false"}
+ALL_POOLS = [
+    ("10de", "1db4", None, model.TYPE_PCI, GPU, 1, {}),
+    ("8086", "154c", 0, model.TYPE_VF, PF1, 2, PHYSNET1),
+    ("8086", "154c", 1, model.TYPE_VF, PF2, 2, PHYSNET2),
+    ("8086", "1572", 0, model.TYPE_PF, PF1, 1, PHYSNET1),
+    ("8086", "1572", 1, model.TYPE_PF, PF2, 1, PHYSNET2),
+]
+
+POOL_CASES = [
+    ("all free", [], ALL_POOLS),
+    (
+        "a VF held: its PF leaves, its pool shrinks",
+        [([VF1A], "i1")],
+        [ALL_POOLS[0], (*ALL_POOLS[1][:5], 1, PHYSNET1), ALL_POOLS[2], ALL_POOLS[4]],
+    ),
+    ("a PF held: its VFs leave", [([PF2], "i1")], [ALL_POOLS[0], ALL_POOLS[1], ALL_POOLS[3]]),
+    ("everything held", [([GPU, VF1A, VF1B, PF2], "i1")], []),
+]
+
+
+@pytest.mark.parametrize(("name", "claims", "expected"), POOL_CASES, ids=[c[0] for c in POOL_CASES])
+def test_pools_key_and_count_free_devices(name, claims, expected):
+    assert summary(pools.pools(table_of(SRIOV_HOST, *claims))) == expected
+
+
+def test_pools_split_on_tags_and_node():
+    host = (
+        (vf(VF1A, PF1, 0), {"trusted": True}),
+        (vf(VF1B, PF1, 0), {"trusted": False}),
+        (vf(VF2A, PF1, 1), {"trusted": True}),
+        (vf(VF2B, PF1, 0), {"trusted": True, "remote_managed": "true"}),
+    )
+    assert [p.addresses for p in pools.pools(table_of(host))] == [
+        (VF1B,),
+        (VF1A,),
+        (VF2B,),
+        (VF2A,),
+    ]
+
+
+def test_as_nova_pools_is_pci_device_pool_shaped():
+    host = ((vf(VF1A, PF1, 0), {"physical_network": "physnet1", "trusted": True}),)
+    assert pools.as_nova_pools(pools.pools(table_of(host))) == [
+        {
+            "vendor_id": "8086",
+            "product_id": "154c",
+            "numa_node": 0,
+            "count": 1,
+            "tags": {
+                "dev_type": model.TYPE_VF,
+                "address": PF1,
+                "physical_network": "physnet1",
+                "remote_managed": "false",
+                "trusted": "true",
+            },
+        }
+    ]
+
+
+NUMA_CASES = [
+    # (name, count, policy, guest's host cells, cell->socket, chosen or None)
+    ("no NUMA guest", 1, LEGACY, None, None, [GPU0]),
+    ("empty cells mean no NUMA", 4, REQUIRED, frozenset(), None, [GPU0, GPU1, GPU2, GPUX]),
+    ("legacy: on the guest's cell", 1, LEGACY, {2}, None, [GPU2]),
+    ("legacy: no node makes up", 2, LEGACY, {0}, None, [GPU0, GPUX]),
+    ("legacy: never another cell", 3, LEGACY, {0}, None, None),
+    ("legacy: no node alone", 1, LEGACY, {3}, None, [GPUX]),
+    ("required: guest's cells", 2, REQUIRED, {0, 1}, None, [GPU0, GPU1]),
+    ("required: no node refused", 2, REQUIRED, {0}, None, None),
+    ("required: nothing on the cell", 1, REQUIRED, {3}, None, None),
+    ("preferred: local first", 1, PREFERRED, {1}, None, [GPU1]),
+    ("preferred: no node before other cells", 2, PREFERRED, {1}, None, [GPU1, GPUX]),
+    ("preferred: falls back to other cells", 3, PREFERRED, {1}, None, [GPU0, GPU1, GPUX]),
+    ("preferred: anything", 4, PREFERRED, {3}, None, [GPU0, GPU1, GPU2, GPUX]),
+    ("socket: local enough", 1, SOCKET, {2}, SOCKETS, [GPU2]),
+    ("socket: same socket", 2, SOCKET, {0}, SOCKETS, [GPU0, GPU1]),
+    ("socket: cell with no device", 1, SOCKET, {3}, SOCKETS, [GPU2]),
+    ("socket: never no node", 3, SOCKET, {0}, SOCKETS, None),
+    ("socket: other socket refused", 2, SOCKET, {2}, SOCKETS, None),
+    ("socket: without socket ids only local", 2, SOCKET, {0}, None, None),
+    ("socket: a cell without socket id", 2, SOCKET, {0, 3}, {0: 0, 1: 0}, [GPU0, GPU1]),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "count", "policy", "cells", "sockets", "expected"),
+    NUMA_CASES,
+    ids=[c[0] for c in NUMA_CASES],
+)
+def test_numa_policy(name, count, policy, cells, sockets, expected):
+    table = table_of(NUMA_HOST)
+    req = request(GPU_SPEC, count, policy)
+    cells = frozenset(cells) if cells is not None else None
+    if expected is None:
+        with pytest.raises(errors.DevicesUnavailable):
+            pools.select(table, [req], cells, sockets)
+    else:
+        assert pools.select(table, [req], cells, sockets) == {"r1": tuple(expected)}
+
+
+def test_shortfall_names_the_request_and_counts():
+    table = table_of(NUMA_HOST, ([GPU1], "other"))
+    with pytest.raises(errors.DevicesUnavailable) as caught:
+        pools.select(table, [request(GPU_SPEC, 3, alias="gpu")], frozenset({0}))
+    assert caught.value.kwargs["reason"] == (
+        "request r1 (alias 'gpu') needs 3: 3 free device(s) match,"
+        " 2 on NUMA cells the legacy policy allows (guest on host cells [0])"
+    )
+
+
+def test_shortfall_without_alias_shows_specs_and_left_out_pfs():
+    with pytest.raises(errors.DevicesUnavailable) as caught:
+        pools.select(table_of(SRIOV_HOST), [request({"vendor_id": "8086"}, 5)])
+    assert caught.value.kwargs["reason"] == (
+        'request r1 (specs [{"vendor_id": "8086"}]) needs 5: 6 free device(s) match'
+        " (2 of them PFs or remote-managed, not asked for)"
+    )
+
+
+SELECT_CASES = [
+    # (name, devices held by another instance, requests, chosen or None)
+    ("one VF", [], [request(VF_SPEC)], {"r1": (VF1A,)}),
+    ("VFs packed on one PF", [], [request(VF_SPEC, 2)], {"r1": (VF1A, VF1B)}),
+    ("a VF of an already blocked PF first", [([VF2A], "x")], [request(VF_SPEC)], {"r1": (VF2B,)}),
+    (
+        "PFs only when asked",
+        [],
+        [request({"vendor_id": "8086"}, 4)],
+        {"r1": (VF1A, VF1B, VF2A, VF2B)},
+    ),
+    ("a PF when asked", [], [request(PF_SPEC)], {"r1": (PF1,)}),
+    ("a PF blocked by a held VF", [([VF1A], "x")], [request(PF_SPEC)], {"r1": (PF2,)}),
+    (
+        "a PF then VFs: not its own",
+        [],
+        [request(PF_SPEC), request(VF_SPEC, 2, request_id="r2")],
+        {"r1": (PF1,), "r2": (VF2A, VF2B)},
+    ),
+    (
+        "a VF then two PFs: one is blocked",
+        [],
+        [request(VF_SPEC), request(PF_SPEC, 2, request_id="r2")],
+        None,
+    ),
+    (
+        "PF or VF: the VF blocks less",
+        [],
+        [request(({**PF_SPEC, "product_id": "1572"}, VF_SPEC))],
+        {"r1": (VF1A,)},
+    ),
+    (
+        "a PF and its VFs cannot make a count",
+        [([PF2], "x")],
+        [request(({**PF_SPEC, "product_id": "1572"}, VF_SPEC), 3)],
+        None,
+    ),
+    ("tags case-insensitive", [], [request({"physical_network": "PHYSNET2"})], {"r1": (VF2A,)}),
+    (
+        "resource_class and traits left to Placement",
+        [],
+        [request({**GPU_SPEC, "resource_class": "CUSTOM_OTHER", "traits": "B"})],
+        {"r1": (GPU,)},
+    ),
+    ("any spec of several", [], [request(({"product_id": "ffff"}, GPU_SPEC))], {"r1": (GPU,)}),
+    ("no device matches", [], [request({"product_id": "ffff"})], None),
+    ("a held device is not free", [([GPU], "x")], [request(GPU_SPEC)], None),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "held", "requests", "expected"), SELECT_CASES, ids=[c[0] for c in SELECT_CASES]
+)
+def test_select(name, held, requests, expected):
+    table = table_of(SRIOV_HOST, *held)
+    if expected is None:
+        with pytest.raises(errors.DevicesUnavailable):
+            pools.select(table, requests)
+    else:
+        assert pools.select(table, requests) == expected
+
+
+def test_vfs_follow_the_guest_cell():
+    table = table_of(SRIOV_HOST)
+    assert pools.select(table, [request(VF_SPEC, 2, REQUIRED)], frozenset({1})) == {
+        "r1": (VF2A, VF2B)
+    }
+
+
+def test_shortfall_says_when_a_pf_and_its_vfs_exclude_each_other():
+    table = table_of(SRIOV_HOST, ([PF2], "x"))
+    either = request(({**PF_SPEC, "product_id": "1572"}, VF_SPEC), 3)
+    with pytest.raises(errors.DevicesUnavailable, match="a PF and its VFs cannot both be taken"):
+        pools.select(table, [either])
+
+
+def test_list_tags_match_as_subsets():
+    host = ((model.HostDevice(GPU, "10de", "1db4"), {"features": ("a", "b")}),)
+    table = table_of(host)
+    assert pools.select(table, [request({"features": ["a"]})]) == {"r1": (GPU,)}
+    with pytest.raises(errors.DevicesUnavailable):
+        pools.select(table, [request({"features": ["c"]})])
+
+
+def test_remote_managed_devices_only_when_asked():
+    host = ((vf(VF1A, PF1, 0), {"remote_managed": "true"}),)
+    table = table_of(host)
+    with pytest.raises(errors.DevicesUnavailable):
+        pools.select(table, [request(VF_SPEC)])
+    asked = request({**VF_SPEC, "remote_managed": "True"})
+    assert pools.select(table, [asked]) == {"r1": (VF1A,)}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"request_id": ""},
+        {"count": 0},
+        {"count": True},
+        {"count": "1"},
+        {"specs": ()},
+        {"numa_policy": "strict"},
+    ],
+)
+def test_invalid_request(fields):
+    values = {"request_id": "r1", "count": 1, "specs": (GPU_SPEC,)} | fields
+    with pytest.raises(errors.InvalidRequest):
+        PciRequest(**values)
+
+
+def test_request_defaults_and_frozen_specs():
+    spec = dict(GPU_SPEC)
+    req = PciRequest("r1", 1, (spec,), numa_policy=None)
+    spec["vendor_id"] = "ffff"
+    assert req.numa_policy == LEGACY and req.specs[0]["vendor_id"] == "10de"
+
+
+def test_request_ids_must_differ():
+    with pytest.raises(errors.InvalidRequest):
+        pools.select(table_of(SRIOV_HOST), [request(VF_SPEC), request(VF_SPEC)])
+
+
+SPECS = st.sampled_from(
+    [VF_SPEC, PF_SPEC, GPU_SPEC, {"vendor_id": "8086"}, {"dev_type": "type-PF"}]
+)
+ADDRESSES = [d[0].address for d in SRIOV_HOST]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    held=st.lists(st.sampled_from(ADDRESSES), max_size=3),
+    wanted=st.lists(
+        st.tuples(st.lists(SPECS, min_size=1, max_size=2), st.integers(1, 3)), max_size=3
+    ),
+    cells=st.one_of(st.none(), st.sets(st.integers(0, 1), min_size=1).map(frozenset)),
+    policy=st.sampled_from(pools.NUMA_POLICIES),
+)
+def test_selection_is_claimable(held, wanted, cells, policy):
+    table = table_of(SRIOV_HOST)
+    for address in held:
+        try:
+            table = devices.claim(table, [address], "other", "r0")
+        except errors.InvalidTransition:
+            pass
+    requests = [
+        PciRequest(f"r{i}", count, tuple(specs), policy) for i, (specs, count) in enumerate(wanted)
+    ]
+    try:
+        chosen = pools.select(table, requests, cells, SOCKETS)
+    except errors.DevicesUnavailable:
+        return
+    assert chosen == pools.select(table, requests, cells, SOCKETS)
+    taken = [a for addresses in chosen.values() for a in addresses]
+    assert len(taken) == len(set(taken))
+    for req in requests:
+        assert len(chosen[req.request_id]) == req.count
+        table = devices.claim(table, chosen[req.request_id], "guest", req.request_id)
