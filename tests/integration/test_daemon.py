@@ -94,6 +94,10 @@ token = admin
 timeout = 2
 [rtagent]
 audit_interval = 1
+# Every audit reads Placement: these tests watch how the daemon meets a
+# Placement that fails (with the default interval an unchanged node meets
+# it at its next due read: tests/functional/placement/test_refresh_interval.py).
+placement_refresh_interval = 0
 [daemon]
 startup_delay = 0.5
 shutdown_timeout = 15

@@ -147,6 +147,9 @@ def test_four_writers_for_30_seconds_then_convergence(placement_pg, tmp_path):
     conf = rtconf.new_conf()
     conf([], project="rtagent", default_config_files=[])
     conf.set_override("state_path", str(tmp_path / "state"))
+    # Convergence under foreign writers at every audit; with the default
+    # interval their changes are reconciled at the next due read instead.
+    conf.set_override("placement_refresh_interval", 0, group="rtagent")
     conf.set_override("connection_uri", DEMO_URI, group="libvirt")
     (tmp_path / "instances").mkdir()
     conf.set_override("instances_path", str(tmp_path / "instances"), group="libvirt")
