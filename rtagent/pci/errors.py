@@ -11,32 +11,30 @@ class PciError(exception.RtagentError):
     msg_fmt = "PCI error."
 
 
-class InvalidDeviceSpec(PciError):
-    """A ``[pci] device_spec`` entry is invalid. ``entry`` is its position
-    (0-based) among the option's values, ``field`` the key at fault (None
-    when the entry as a whole is wrong, e.g. not JSON)."""
+class _InvalidEntry(PciError):
+    """An entry of a multi-valued ``[pci]`` option is invalid. ``entry`` is
+    its position (0-based) among the option's values, ``field`` the key at
+    fault (None when the entry as a whole is wrong, e.g. not JSON)."""
+
+    def __init__(self, entry, field, reason):
+        self.entry = entry
+        self.field = field
+        self.reason = reason
+        super().__init__(entry=entry, field=field or "(entry)", reason=reason)
+
+
+class InvalidDeviceSpec(_InvalidEntry):
+    """A ``[pci] device_spec`` entry is invalid."""
 
     code = "pci.invalid_device_spec"
     msg_fmt = "[pci] device_spec entry {entry}: {field}: {reason}"
 
-    def __init__(self, entry, field, reason):
-        self.entry = entry
-        self.field = field
-        self.reason = reason
-        super().__init__(entry=entry, field=field or "(entry)", reason=reason)
 
-
-class InvalidAlias(PciError):
-    """A ``[pci] alias`` entry is invalid; as :class:`InvalidDeviceSpec`."""
+class InvalidAlias(_InvalidEntry):
+    """A ``[pci] alias`` entry is invalid."""
 
     code = "pci.invalid_alias"
     msg_fmt = "[pci] alias entry {entry}: {field}: {reason}"
-
-    def __init__(self, entry, field, reason):
-        self.entry = entry
-        self.field = field
-        self.reason = reason
-        super().__init__(entry=entry, field=field or "(entry)", reason=reason)
 
 
 class InvalidRequest(PciError):
