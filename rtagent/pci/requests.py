@@ -40,8 +40,10 @@ KEYS = ("alias", "spec", "count", "numa_policy", "request_id")
 PLACEMENT_KEYS = ("resource_class", "traits", "rp_uuid", "rp_uuids")
 # Derived request ids: uuid5 of "<instance uuid>/<position>" in this namespace.
 NAMESPACE = uuid.UUID("9f7bbf2a-4b1e-4f43-9c3e-6d1f0c2a7e51")
-_REQUEST_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z")
-_SPEC_KEY = re.compile(r"\A[a-z][a-z0-9_]{0,63}\Z")
+REQUEST_ID_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z"
+_REQUEST_ID = re.compile(REQUEST_ID_PATTERN)
+SPEC_KEY_PATTERN = r"\A[a-z][a-z0-9_]{0,63}\Z"
+_SPEC_KEY = re.compile(SPEC_KEY_PATTERN)
 _HEX_ID = re.compile(r"\A[0-9a-fA-F]{4}\Z")
 
 

@@ -24,6 +24,7 @@ import time
 
 from oslo_concurrency import lockutils
 
+from rtagent.pci import devices as pcidevs
 from rtagent.pci import requests as pcirequests
 from rtagent.resources import frozen_map
 from rtagent.tracker import claims, drift, errors, ledger, moves, requests, view
@@ -207,14 +208,24 @@ class Tracker:
     def _report_pci(self, snap):
         """Log the tracked PCI devices, and those a domain holds without a
         claim, when they change (not per audit)."""
-        tracked = tuple(d.address for d in snap.pci_devices)
+        tracked = tuple(d.address for d in snap.pci_devices if not d.gone)
         held = snap.pci_held
-        if (tracked, held) == self._pci_logged:
+        gone = tuple((d.address, d.instance_uuid) for d in pcidevs.held_but_gone(snap.pci_devices))
+        if (tracked, held, gone) == self._pci_logged:
             return
         specs = getattr(self._state.pci, "device_specs", ())
         # Said once at start-up when there are specs, then on every change.
-        old_tracked, old_held = self._pci_logged or (None if specs else (), ())
-        self._pci_logged = (tracked, held)
+        old_tracked, old_held, old_gone = self._pci_logged or (None if specs else (), (), ())
+        self._pci_logged = (tracked, held, gone)
+        for address, owner in sorted(set(gone) - set(old_gone)):
+            LOG.warning(
+                "Node %s: PCI device %s, held by instance %s, is no longer reported by the "
+                "host or matched by [pci] device_spec; it stays held until the instance is "
+                "deleted or moved away",
+                snap.node_uuid,
+                address,
+                owner,
+            )
         if tracked != old_tracked:
             LOG.info(
                 "Node %s: %d of the host's %d PCI device(s) match [pci] device_spec",

@@ -6,13 +6,16 @@ restart (or a host that lost a device) keeps every device held."""
 
 import dataclasses
 import json
+import logging
 import uuid
 
 import pytest
 
+from rtagent.cmd.status import render
 from rtagent.conf.pci import PciConfig
 from rtagent.pci import alias, devices, model, requests, spec
 from rtagent.pci.errors import DevicesUnavailable, InvalidRequest
+from rtagent.rpc.status import node_status
 from rtagent.tracker import errors
 from rtagent.tracker.model import Flavor
 from tests.unit.helpers import make_tracker
@@ -373,3 +376,49 @@ def test_dropping_a_stale_move_frees_its_devices(opened):
     assert owners(tracker.snapshot())
     tracker.set_migration_context(inst, None)
     assert owners(tracker.snapshot()) == {}
+
+
+# -- what status and logs say ---------------------------------------------------
+
+
+def test_status_names_the_owner_of_each_held_device(opened, caplog):
+    tracker = opened()
+    a, b = new_uuid(), new_uuid()
+    tracker.instance_claim(a, SMALL, pci_requests=ask("vf", request_id="port-1"))
+    tracker.instance_claim(b, SMALL, pci_requests=ask("gpu-legacy"))
+    lost = dataclasses.replace(HOST, pci_devices=(PF, VF0, VF1, GPU_NO_NODE))
+    caplog.set_level(logging.WARNING, logger="rtagent.tracker.tracker")
+    snap = tracker.update_host(lost)
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
+        f"PCI device {GPU_CELL1.address}, held by instance {b}, is no longer reported by the "
+        "host or matched by [pci] device_spec; it stays held until the instance is deleted or "
+        "moved away"
+    ]
+    caplog.clear()
+    tracker.update_host(dataclasses.replace(lost, vcpus=7))
+    assert caplog.records == []  # said once
+    status = node_status(snap, now=0)
+    gpu_request = requests.derived_id(b, 0)
+    assert status["pci"]["claimed"] == [
+        {
+            "address": VF0.address,
+            "owner": a,
+            "request_id": "port-1",
+            "status": devices.ALLOCATED,
+            "gone": False,
+        },
+        {
+            "address": GPU_CELL1.address,
+            "owner": b,
+            "request_id": gpu_request,
+            "status": devices.ALLOCATED,
+            "gone": True,
+        },
+    ]
+    lines = render({"host": "h", "nodes": [status]}).splitlines()
+    start = lines.index("  PCI devices: 5 tracked, 2 free in 2 pool(s), 2 held by claims")
+    assert lines[start + 3 : start + 5] == [
+        f"    {VF0.address} allocated by instance {a} (request port-1)",
+        f"    {GPU_CELL1.address} allocated by instance {b} (request {gpu_request}): gone from "
+        "the host, freed when the claim ends",
+    ]

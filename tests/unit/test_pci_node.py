@@ -284,7 +284,7 @@ def test_the_view_and_status_show_pools_and_held_devices(tracker):
         ("1572", 1),
     ]
     status = node_status(snap, now=0)
-    assert status["pci"] == {"devices": 4, "pools": cn["pci_device_pools"]}
+    assert status["pci"] == {"devices": 4, "pools": cn["pci_device_pools"], "claimed": []}
     assert status["drift"]["pci_devices_held"] == [
         {"address": GPU.address, "owner": A, "domain": "by-hand"}
     ]
