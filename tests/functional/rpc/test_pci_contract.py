@@ -22,8 +22,11 @@ import textwrap
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rtagent.pci.requests import derived_id
+from rtagent.rpc.endpoint import validate
 from rtagent.testing.placement_server import PlacementServer
 from tests.functional.rpc.conftest import Served
 from tests.functional.rpc.harness import make_conf
@@ -257,3 +260,80 @@ def test_claims_refusals_moves_and_frees_over_the_broker(served, broker):
     assert [(h["address"], h["owner"]) for h in result(replies[6])["pci"]["claimed"]] == [(PF, c)]
     assert held(served) == {PF: c}
     tracker.abort_instance_claim(c)
+
+
+# -- schema-valid requests never fail internally ------------------------------
+
+_KEYS = ["vendor_id", "product_id", "dev_type", "physical_network", "trusted", "numa_node", "x"]
+_VALUES = st.one_of(
+    st.sampled_from(
+        ["8086", "10de", "154C", "1572", "1eb8", "type-VF", "type-PF", "type-PCI", "physnet1", ""]
+    ),
+    st.sampled_from(["true", "resource_class", "808", "zzzz"]),
+    st.integers(0, 2),
+    st.booleans(),
+)
+_SPEC = st.dictionaries(
+    st.sampled_from([*_KEYS, "resource_class"]), _VALUES, min_size=1, max_size=4
+)
+_REQUEST = st.fixed_dictionaries(
+    {"count": st.one_of(st.integers(1, 3), st.integers(1, 64))},
+    optional={
+        "numa_policy": st.sampled_from(["required", "legacy", "preferred", "socket"]),
+        "request_id": st.sampled_from(["a", "b", "port-1"]),
+    },
+).flatmap(
+    lambda base: st.one_of(
+        st.builds(lambda a: {**base, "alias": a}, st.sampled_from(["nic", "pf", "gpu", "nic "])),
+        st.builds(lambda s: {**base, "spec": s}, st.lists(_SPEC, min_size=1, max_size=3)),
+    )
+)
+EXPECTED = {"pci.invalid_request", "pci.devices_unavailable"}
+
+
+def test_schema_valid_requests_get_a_claim_or_a_typed_refusal(served):
+    """Whatever the schema lets through, the answer is a claim or a refusal
+    a caller can act on, never ``rpc.internal_error``; no device is ever
+    held twice, nor a PF with one of its VFs."""
+    endpoint = served.endpoint
+    tracker = served.agent.tracker
+    seen = set()
+
+    @settings(
+        max_examples=200,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+    )
+    @given(st.lists(st.lists(_REQUEST, max_size=3), min_size=1, max_size=3))
+    def run(claims):
+        held = []
+        try:
+            for requests in claims:
+                instance = new_uuid()
+                args = {
+                    "instance_uuid": instance,
+                    "flavor": {"vcpus": 1, "memory_mb": 64},
+                    "pci_requests": requests,
+                }
+                validate("instance_claim", args)
+                before = tracker.snapshot()
+                reply = endpoint.instance_claim(None, **args)
+                if not reply["ok"]:
+                    assert reply["error"]["code"] in EXPECTED, (requests, reply)
+                    assert tracker.snapshot() is before
+                    seen.add(reply["error"]["code"])
+                    continue
+                held.append(instance)
+                devices = reply["result"]["pci_devices"]
+                assert len(devices) == sum(r["count"] for r in requests)
+                seen.add("claimed" if devices else "none")
+            owners = [d for d in tracker.snapshot().pci_devices if d.held]
+            addresses = {d.address for d in owners}
+            assert not (PF in addresses and addresses & set(VFS)), owners
+        finally:
+            for instance in held:
+                endpoint.abort_instance_claim(None, instance_uuid=instance)
+
+    run()
+    assert seen == {"claimed", "none", *EXPECTED}  # not vacuous
