@@ -4,7 +4,8 @@ from rtagent.pci import claim as pci_claim
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors
 from rtagent.tracker.model import RELEASED_VM_STATES
-from rtagent.tracker.state import ensure_fits, ensure_numa_fits, ensure_pci_fits
+from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
+from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
 def claim_instance(

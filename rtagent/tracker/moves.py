@@ -24,7 +24,8 @@ from rtagent.pci import claim as pci_claim
 from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
-from rtagent.tracker.state import ensure_fits, ensure_numa_fits, ensure_pci_fits
+from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
+from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
 def start_move(

@@ -18,11 +18,10 @@ import types
 
 from rtagent.numa import claim as numa_claim
 from rtagent.numa import model as numa_model
-from rtagent.pci import claim as pci_claim
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import node as pci_node
 from rtagent.resources import MEMORY_MB, STANDARD_CLASSES, VCPU, frozen_map
-from rtagent.tracker import assigned, errors, ledger, stats, untracked
+from rtagent.tracker import assigned, errors, ledger, pciholds, stats, untracked
 
 # Changes and changes() live in their own module; importable from here too.
 from rtagent.tracker.changes import (  # noqa: F401
@@ -248,35 +247,8 @@ class NodeState:
         return {"pci_found": found, "pci_devices": table, "pci_held": held}
 
     def pci_holds(self):
-        """``(owner, HeldDevice, status)`` for every PCI device a claim of
-        the node holds, sorted by owner then address, counted as
-        :meth:`numa_held` counts NUMA claims: an instance here holds its
-        own (allocated); a same-node resize holds the old and the new
-        devices; an incoming move the new ones, an outgoing move that has
-        left the old ones (claimed, those the instance does not hold now).
-        The owner is always the instance. O(moves + instances holding
-        devices)."""
-        holds, replaced = [], set()
-        for move in ledger.latest_migrations(self.migrations.values()).values():
-            instance = self.instances.get(move.instance_uuid)
-            if instance is not None and not move.same_node:
-                continue
-            if move.same_node:
-                replaced.add(move.instance_uuid)
-                sides = move.old_pci + move.new_pci
-            elif move.dest_node == self.node_uuid:
-                sides = move.new_pci
-            else:
-                sides = move.old_pci
-            own = frozenset(instance.pci_devices) if instance is not None else frozenset()
-            holds.extend(
-                (move.instance_uuid, h, pcidevs.ALLOCATED if h in own else pcidevs.CLAIMED)
-                for h in sides
-            )
-        for uuid, held in self.sums.pci.items():
-            if uuid not in replaced:
-                holds.extend((uuid, h, pcidevs.ALLOCATED) for h in held)
-        return sorted(holds, key=lambda hold: (hold[0], hold[1].address))
+        """See :func:`rtagent.tracker.pciholds.holds`."""
+        return pciholds.holds(self)
 
     def _with_pci_claims(self):
         """This state with its device table rebuilt from the reading and
@@ -408,7 +380,7 @@ class NodeState:
         # The latest move of an instance is the one that counts: its other
         # moves' devices may stop counting too.
         moves = (migration, *self.migrations_of(migration.instance_uuid))
-        return state._with_pci_claims() if _any_pci(moves) else state
+        return state._with_pci_claims() if pciholds.any_held(moves) else state
 
     def without_migrations(self, uuids):
         """Drop these moves. An incoming move that ends without its instance
@@ -432,7 +404,7 @@ class NodeState:
         # The moves left of those instances may count again (see pci_holds).
         moved = {g.instance_uuid for g in gone}
         left = [m for m in state.migrations.values() if m.instance_uuid in moved]
-        return state._with_pci_claims() if _any_pci(gone + left) else state
+        return state._with_pci_claims() if pciholds.any_held(gone + left) else state
 
     def migrations_of(self, instance_uuid):
         return [m for m in self.migrations.values() if m.instance_uuid == instance_uuid]
@@ -454,10 +426,6 @@ class NodeState:
             self,
             pending=frozen_map({k: v for k, v in self.pending.items() if k != instance_uuid}),
         )
-
-
-def _any_pci(moves):
-    return any(m.old_pci or m.new_pci for m in moves)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -538,25 +506,6 @@ def ensure_numa_fits(state, ctx, guest, *, instance_uuid):
             instance_uuid, [numa_claim.refusal(guest.cells, cells, isolate)]
         )
     return placed
-
-
-def ensure_pci_fits(state, requests, numa=None):
-    """Choose the node's free PCI devices for ``requests``
-    (:class:`~rtagent.pci.pools.PciRequest` values), given every device
-    the node's claims and domains hold. For a guest with a NUMA claim
-    (``numa``), each request's NUMA policy is applied against the host
-    cells its cells were placed on; for one without, no device is
-    filtered by NUMA node.
-
-    :returns: the :class:`~rtagent.pci.claim.HeldDevice` values chosen, in
-        request order; ``()`` for no request.
-    :raises rtagent.pci.errors.DevicesUnavailable: a request cannot be met.
-    """
-    if not requests:
-        return ()
-    cells = sorted({f.host_cell for f in numa.fits}) if numa is not None else None
-    sockets = {c.id: c.cpus[0].socket_id for c in state.host.numa_cells if c.cpus}
-    return pci_claim.choose(state.pci_devices, requests, cells, sockets)
 
 
 def _ratio(inventories, rc):
