@@ -201,14 +201,19 @@ def _numa_lines(numa):
 
 
 def _pci_lines(pci, held):
-    """The tracked PCI devices: free ones per pool, and those a domain
-    holds without a claim. Nothing from an agent older than the field."""
+    """The tracked PCI devices: free ones per pool, those claims hold
+    (with their owner instance), and those a domain holds without a claim.
+    Nothing from an agent older than the field."""
     if pci is None:
         return []
     if not pci["devices"]:
         return ["  PCI devices: none matched by [pci] device_spec"]
     free = sum(p["count"] for p in pci["pools"])
-    lines = [f"  PCI devices: {pci['devices']} tracked, {free} free in {len(pci['pools'])} pool(s)"]
+    claimed = pci.get("claimed") or ()
+    lines = [
+        f"  PCI devices: {pci['devices']} tracked, {free} free in {len(pci['pools'])} pool(s)"
+        + (f", {len(claimed)} held by claims" if claimed else "")
+    ]
     for pool in pci["pools"]:
         tags = dict(pool["tags"])
         dev_type, address = tags.pop("dev_type", "?"), tags.pop("address", "?")
@@ -221,6 +226,11 @@ def _pci_lines(pci, held):
             + (f"NUMA node {node}" if node is not None else "no NUMA node")
             + f": {pool['count']} free"
             + "".join(f" {k}={v}" for k, v in sorted(tags.items()))
+        )
+    for c in claimed:
+        lines.append(
+            f"    {c['address']} {c['status']} by instance {c['owner']} (request {c['request_id']})"
+            + (": gone from the host, freed when the claim ends" if c["gone"] else "")
         )
     for h in held:
         lines.append(

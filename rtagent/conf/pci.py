@@ -48,9 +48,10 @@ ALL_OPTS = [
         'and {"address": "0000:81:00.*", "resource_class": "CUSTOM_FPGA"}. A value '
         "that does not parse stops the start (and check-config) with one line naming "
         "the entry, counted from 0, and the key at fault. The devices that match are "
-        "tracked on every audit and offered in the compute-node view's "
-        "pci_device_pools (rtagent status lists them); rtagent does not claim them or "
-        "report them to Placement yet.",
+        "tracked on every audit, offered in the compute-node view's "
+        "pci_device_pools (rtagent status lists them) and claimed by the PCI requests of "
+        "instance claims and moves (RPC pci_requests); rtagent does not report them to "
+        "Placement yet.",
     ),
     cfg.MultiStrOpt(
         "alias",
@@ -72,7 +73,8 @@ ALL_OPTS = [
         '{"name": "qat", "vendor_id": "8086", "product_id": "0443", '
         '"device_type": "type-PCI", "numa_policy": "required"}. A value that does '
         "not parse stops the start (and check-config) with one line naming the "
-        "entry and the key at fault. So far rtagent only checks the values.",
+        "entry and the key at fault. Claims and moves name aliases in their PCI requests "
+        "(RPC pci_requests).",
     ),
     cfg.BoolOpt(
         "report_in_placement",
@@ -82,8 +84,9 @@ ALL_OPTS = [
         "it be turned off once on). The one_time_use tag needs it. It also sets how "
         "aliases are read: when true, as nova reads them with [filter_scheduler] "
         "pci_in_placement on (a scheduler option, not rtagent's); when false, as "
-        "with it off. So far rtagent only checks the values: it reports no PCI "
-        "devices yet.",
+        "with it off, and, when true, an alias's resource_class and traits are matched "
+        "against the devices a claim takes. rtagent reports no PCI devices to Placement "
+        "yet.",
     ),
 ]
 

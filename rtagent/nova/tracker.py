@@ -498,7 +498,8 @@ class RtagentResourceTracker:
     def delete_allocation_for_shelve_offloaded_instance(self, context, instance):
         self.reportclient.delete_allocation_for_instance(context, instance.uuid, force=True)
 
-    # -- PCI (not tracked by the agent yet) --------------------------------
+    # -- PCI (the agent claims devices since RPC 1.4; this adapter does
+    # not pass nova's PCI requests to it yet) ------------------------------
 
     def claim_pci_devices(self, context, pci_requests, instance_numa_topology=None):
         if pci_requests is not None and pci_requests.requests:

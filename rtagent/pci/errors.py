@@ -38,10 +38,17 @@ class InvalidAlias(_InvalidEntry):
 
 
 class InvalidRequest(PciError):
-    """A PCI request names an unknown alias or has a bad count or field."""
+    """A PCI request names an unknown alias or has a bad count or field.
+    ``field`` is the path of the value at fault (``pci_requests.0.alias``),
+    or None when the requests as a whole are wrong."""
 
     code = "pci.invalid_request"
-    msg_fmt = "PCI request: {reason}"
+    msg_fmt = "PCI request: {where}{reason}"
+
+    def __init__(self, reason, field=None):
+        self.reason = reason
+        self.field = field
+        super().__init__(where=f"{field}: " if field else "", reason=reason)
 
 
 class DevicesUnavailable(PciError):

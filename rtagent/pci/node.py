@@ -6,16 +6,19 @@ which of them a domain holds without a claim. Pure functions; the tracker
 calls them under its lock, so nothing here reads the host.
 
 The node's :class:`~rtagent.pci.devices.DeviceTable` is a function of the
-reading, the ``[pci] device_spec`` values and (once PCI claims exist) the
-claims: it is rebuilt from them, never patched, so a device that a domain
-gave back, or a spec that changed across a restart, leaves nothing stale.
+reading, the ``[pci] device_spec`` values and the claims' holds
+(:class:`~rtagent.pci.claim.HeldDevice`): it is rebuilt from them, never
+patched, so a device that a domain gave back, a claim that ended, or a spec
+that changed across a restart, leaves nothing stale.
 """
 
 import dataclasses
+import types
 
 from rtagent.pci import devices, spec
 
 _EMPTY = devices.make_table()
+_NO_CLAIMS = types.MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,19 +54,48 @@ def tracked(host_devices, specs):
     return tuple(found)
 
 
-def held_without_claim(table, domains, claimed=frozenset()):
+def held_without_claim(table, domains, claimed=_NO_CLAIMS):
     """The devices of ``table`` that ``domains`` (``DomainInfo`` values)
-    hold and whose addresses are not in ``claimed``, sorted by address then
-    domain UUID. A shut-off domain counts: starting it takes its devices
-    back. Mediated devices and devices the table does not track are left out.
+    hold without a claim of theirs: ``claimed`` maps a claimed address to
+    the instance (the domain's UUID) whose claim holds it. Sorted by address
+    then domain UUID. A shut-off domain counts: starting it takes its
+    devices back. Mediated devices and devices the table does not track are
+    left out.
     """
     found = [
         HeldWithoutClaim(address, dom.uuid, dom.name)
         for dom in domains
         for address in dom.host_devices
-        if address in table and address not in claimed
+        if address in table and claimed.get(address) != dom.uuid
     ]
     return tuple(sorted(found, key=lambda h: (h.address, h.owner)))
+
+
+def with_holds(table, holds):
+    """``table`` with each hold applied: ``holds`` are ``(owner, HeldDevice,
+    status)`` with status claimed or allocated.
+
+    A held device the table lacks (the host no longer reports it, or no
+    spec matches it any more) is added from the hold's facts, marked
+    ``gone``: it stays held, and reported, until its claim ends. A device
+    two holds name (only a damaged store can say so) stays with the first.
+    """
+    if not holds:
+        return table
+    devs = dict(table.devices)
+    for owner, held, status in holds:
+        dev = devs.get(held.address)
+        if dev is not None and dev.held:
+            continue
+        devs[held.address] = devices.Device(
+            host=dev.host if dev is not None else held.host_device(),
+            tags=dev.tags if dev is not None else {},
+            status=status,
+            instance_uuid=owner,
+            request_id=held.request_id,
+            gone=dev is None,
+        )
+    return devices.make_table(devs.values())
 
 
 def mark_held(table, held):
@@ -92,16 +124,49 @@ def mark_held(table, held):
     )
 
 
-def node_devices(host, specs):
-    """The node's table for one reading (a ``HostView``) and what is held
-    in it without a claim.
+@dataclasses.dataclass(frozen=True)
+class Discovered:
+    """What one reading gives before any claim: the devices the specs match
+    (all available), and every (tracked device, domain naming it) pair as
+    :class:`HeldWithoutClaim` values, sorted. Kept by the tracker between
+    readings, so that a claim rebuilds the table from the claims' holds
+    without matching specs or walking the domains again."""
+
+    table: devices.DeviceTable = _EMPTY
+    named: tuple = ()
+
+
+def discover(host, specs):
+    """:class:`Discovered` of one reading (a ``HostView``).
 
     :param specs: the :class:`~rtagent.pci.spec.DeviceSpec` values.
-    :returns: (DeviceTable, tuple of :class:`HeldWithoutClaim`).
     """
-    # No PCI claims yet: every device a domain holds is held without one.
     table = devices.refresh(_EMPTY, tracked(host.pci_devices, specs))
     if not len(table):
-        return table, ()  # nothing tracked: no pass over the domains
-    held = held_without_claim(table, host.domains)
+        return Discovered(table)  # nothing tracked: no pass over the domains
+    return Discovered(table, held_without_claim(table, host.domains))
+
+
+def with_claims(found, holds=()):
+    """The node's table: ``found`` (a :class:`Discovered`) with the claims'
+    holds applied (see :func:`with_holds`) and the devices domains hold
+    without a claim of theirs marked (see :func:`mark_held`).
+
+    :returns: (DeviceTable, tuple of :class:`HeldWithoutClaim`).
+    """
+    table = with_holds(found.table, holds)
+    if not found.named:
+        return table, ()
+    claimed = {d.address: d.instance_uuid for d in table if d.held}
+    held = tuple(h for h in found.named if claimed.get(h.address) != h.owner)
     return mark_held(table, held), held
+
+
+def node_devices(host, specs, holds=()):
+    """The node's table for one reading (a ``HostView``) and the claims'
+    holds, and what is held in it without a claim: :func:`with_claims` of
+    :func:`discover`.
+
+    :returns: (DeviceTable, tuple of :class:`HeldWithoutClaim`).
+    """
+    return with_claims(discover(host, specs), holds)

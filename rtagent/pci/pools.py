@@ -83,6 +83,10 @@ class PciRequest:
     :param specs: spec mappings; a device matching any one will do.
     :param numa_policy: one of :data:`NUMA_POLICIES`; None means legacy.
     :param alias_name: the ``[pci] alias`` the request comes from, for errors.
+    :param placement_entries: the alias's entries
+        (:class:`~rtagent.pci.alias.Alias`) whose ``resource_class`` and
+        ``traits`` a device must also have, as Placement would check them
+        (``[pci] report_in_placement``); empty: those keys are not matched.
     :raises errors.InvalidRequest: no id, no spec, a count under 1 or an
         unknown policy.
     """
@@ -92,6 +96,7 @@ class PciRequest:
     specs: tuple = dataclasses.field(hash=False)
     numa_policy: str = LEGACY
     alias_name: str | None = None
+    placement_entries: tuple = dataclasses.field(default=(), hash=False)
 
     def __post_init__(self):
         if not self.request_id:
@@ -240,7 +245,12 @@ def _spec_matches(spec, view):
 
 def _matches(request, dev):
     view = _view(dev)
-    return any(_spec_matches(spec, view) for spec in request.specs)
+    if not any(_spec_matches(spec, view) for spec in request.specs):
+        return False
+    # No device provider in Placement checks these yet: check them here.
+    return not request.placement_entries or any(
+        a.matches(dev.host, dev.tags, in_placement=True) for a in request.placement_entries
+    )
 
 
 def _offered(request, dev):

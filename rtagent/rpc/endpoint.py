@@ -243,6 +243,7 @@ class AgentEndpoint:
             "assigned": a.get("assigned"),
             "extra_specs": a.get("extra_specs"),
             "image_properties": a.get("image_properties"),
+            "pci_requests": a.get("pci_requests"),
         }
         if "user_id" in a:
             # Standalone mode: claim, then write the allocation ourselves;
@@ -268,6 +269,7 @@ class AgentEndpoint:
             "node_uuid": claim.node_uuid,
             "resources": dict(claim.resources),
             "numa": instance.numa_cells(claim.numa),
+            "pci_devices": instance.pci_devices(claim.pci_devices),
         }
 
     def _update_instance(self, a):
@@ -295,8 +297,12 @@ class AgentEndpoint:
             assigned=a.get("assigned"),
             extra_specs=a.get("extra_specs"),
             image_properties=a.get("image_properties"),
+            pci_requests=a.get("pci_requests"),
         )
-        return {"numa": instance.move_numa_cells(recorded, tracker.node_uuid)}
+        return {
+            "numa": instance.move_numa_cells(recorded, tracker.node_uuid),
+            "pci_devices": instance.move_pci_devices(recorded, tracker.node_uuid),
+        }
 
     def _move_step(self, name):
         def step(a):

@@ -11,6 +11,9 @@ never changed once published) without importing rtagent and without
     {"ok": false, "error": {"code": "numa.invalid_constraint", "message": "...",
                             "retriable": false,
                             "details": {"key": "hw:cpu_policy"}}}
+    {"ok": false, "error": {"code": "pci.invalid_request", "message": "...",
+                            "retriable": false,
+                            "details": {"field": "pci_requests.0.alias"}}}
 
 The codes are those of rtagent's exception hierarchy (``RtagentError.code``)
 plus the few defined here for the RPC edge itself.
@@ -20,6 +23,7 @@ import logging
 
 from rtagent import exception
 from rtagent.numa import errors as numa_errors
+from rtagent.pci import errors as pci_errors
 from rtagent.placement import errors as placement_errors
 from rtagent.tracker import errors as tracker_errors
 
@@ -88,6 +92,10 @@ def reply_for(exc, method):
             details["path"] = exc.path
         elif isinstance(exc, numa_errors.InvalidConstraint):
             details["key"] = exc.key
+        elif isinstance(exc, pci_errors.InvalidRequest) and exc.field:
+            details["field"] = exc.field
+        elif isinstance(exc, pci_errors.DevicesUnavailable):
+            details["reason"] = exc.kwargs["reason"]
         return _error(exc.code, str(exc), details)
     # A bug, not a condition: keep the traceback in our log, give the caller
     # a code it can match and no internals.

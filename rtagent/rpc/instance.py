@@ -1,7 +1,7 @@
 """What a node holds of one instance, as ``get_instance`` answers it (API
-1.2): the claim, its moves, whether it is released or pending, and (1.3)
-where their NUMA cells are. Pure over a snapshot, so reading never waits
-for the tracker lock.
+1.2): the claim, its moves, whether it is released or pending, (1.3)
+where their NUMA cells are and (1.4) which PCI devices they hold. Pure
+over a snapshot, so reading never waits for the tracker lock.
 
 A caller reads an outcome back with it instead of probing with a mutation:
 after a call that timed out, after ``rpc.internal_error``, after a broker
@@ -52,6 +52,20 @@ def move_numa_cells(move, node_uuid):
     return numa_cells(move.new_numa)
 
 
+def pci_devices(held):
+    """HeldDevice values as replies show them (address, dev_type,
+    vendor_id, product_id, numa_node, request_id), in request order."""
+    return [h.describe() for h in held]
+
+
+def move_pci_devices(move, node_uuid):
+    """The PCI devices ``move`` (as recorded) takes at ``node_uuid`` as its
+    destination (``start_move``'s answer); ``[]`` on the source."""
+    if move is None or move.dest_node != node_uuid:
+        return []
+    return pci_devices(move.new_pci)
+
+
 def _find(instances, uuid):
     """The instance ``uuid`` in ``instances`` (sorted by UUID), or None."""
     index = bisect.bisect_left(instances, uuid, key=lambda i: i.uuid)
@@ -70,6 +84,7 @@ def _claim(instance):
         "vm_state": instance.vm_state,
         "task_state": instance.task_state,
         "numa": numa_cells(instance.numa),
+        "pci_devices": pci_devices(instance.pci_devices),
     }
 
 
@@ -84,4 +99,6 @@ def _move(move):
         "new_resources": dict(move.new_resources),
         "old_numa": numa_cells(move.old_numa),
         "new_numa": numa_cells(move.new_numa),
+        "old_pci_devices": pci_devices(move.old_pci),
+        "new_pci_devices": pci_devices(move.new_pci),
     }

@@ -9,6 +9,9 @@ exist to refuse garbage, not to police capacity: fit is the tracker's job.
 
 import json
 
+from rtagent.pci import pools
+from rtagent.pci import requests as pci_requests
+
 # Patterns are Python regular expressions anchored with \A and \Z ("$" would
 # also match before a trailing newline).
 
@@ -130,6 +133,45 @@ ASSIGNED = {
     "maxProperties": 16,
 }
 
+# 1.4: PCI requests (docs/rpc-api.md, "PCI devices"): by alias or by spec,
+# bounded like extra_specs; the rules between fields (alias or spec, a known
+# alias, ids 4 hex digits) are the tracker's (pci.invalid_request).
+PCI_SPEC = {
+    "type": "object",
+    "propertyNames": {"pattern": pci_requests.SPEC_KEY_PATTERN},
+    "additionalProperties": {
+        "type": ["string", "integer", "boolean"],
+        "maxLength": pci_requests.MAX_VALUE_CHARS,
+        "pattern": _TEXT_PATTERN,
+        "minimum": 0,
+        "maximum": 65535,
+    },
+    "minProperties": 1,
+    "maxProperties": pci_requests.MAX_SPEC_KEYS,
+}
+
+PCI_REQUESTS = {
+    "type": ["array", "null"],
+    "maxItems": pci_requests.MAX_REQUESTS,
+    "items": {
+        "type": "object",
+        "properties": {
+            "alias": {"type": "string", "minLength": 1, "maxLength": 256, "pattern": _TEXT_PATTERN},
+            "spec": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": pci_requests.MAX_SPECS,
+                "items": PCI_SPEC,
+            },
+            "count": {"type": "integer", "minimum": 1, "maximum": pci_requests.MAX_COUNT},
+            "numa_policy": {"enum": list(pools.NUMA_POLICIES)},
+            "request_id": {"type": "string", "pattern": pci_requests.REQUEST_ID_PATTERN},
+        },
+        "required": ["count"],
+        "additionalProperties": False,
+    },
+}
+
 # nova.compute.vm_states
 VM_STATES = (
     "active",
@@ -182,6 +224,8 @@ METHODS = {
             # 1.3: the guest's NUMA topology, pinned CPUs and page size.
             "extra_specs": EXTRA_SPECS,
             "image_properties": IMAGE_PROPERTIES,
+            # 1.4: the instance's PCI devices.
+            "pci_requests": PCI_REQUESTS,
         },
         required=("instance_uuid", "flavor"),
     ),
@@ -212,6 +256,8 @@ METHODS = {
             # 1.3: the new flavor's extra specs, and the image's properties.
             "extra_specs": EXTRA_SPECS,
             "image_properties": IMAGE_PROPERTIES,
+            # 1.4: the PCI devices the instance asks for at the destination.
+            "pci_requests": PCI_REQUESTS,
         },
         required=(
             "migration_uuid",

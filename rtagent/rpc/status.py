@@ -86,10 +86,28 @@ def node_status(snapshot, sync=None, now=None):
         "pci": {
             "devices": len(snapshot.pci_devices),
             "pools": pools.as_nova_pools(pools.pools(snapshot.pci_devices)),
+            "claimed": _pci_claimed(snapshot),
         },
         "sync": dict(sync) if sync else None,
         "generated_at": now,
     }
+
+
+def _pci_claimed(snapshot):
+    """The devices claims hold, with their owner instance (the devices a
+    domain holds without a claim are ``drift.pci_devices_held``)."""
+    marks = {(h.address, h.owner) for h in snapshot.pci_held}
+    return [
+        {
+            "address": d.address,
+            "owner": d.instance_uuid,
+            "request_id": d.request_id,
+            "status": d.status,
+            "gone": d.gone,
+        }
+        for d in snapshot.pci_devices
+        if d.held and (d.address, d.instance_uuid) not in marks
+    ]
 
 
 def _numa(snapshot):

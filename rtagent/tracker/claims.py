@@ -1,22 +1,31 @@
 """Instance claims and instance updates as pure state transitions."""
 
+from rtagent.pci import claim as pci_claim
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors
 from rtagent.tracker.model import RELEASED_VM_STATES
+from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
 from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
-def claim_instance(state, ctx, instance, limits=None, assigned_request=None, *, guest=None):
+def claim_instance(
+    state, ctx, instance, limits=None, assigned_request=None, *, guest=None, pci_requests=()
+):
     """``state`` with ``instance`` claimed on the node.
 
     :param guest: the instance's NUMA topology
         (:class:`~rtagent.numa.constraints.GuestTopology`), or None: its
         cells are placed on the host's, pinning CPUs and taking pages.
+    :param pci_requests: :class:`~rtagent.pci.pools.PciRequest` values: free
+        devices are chosen for them (on the guest's cells, as each
+        request's NUMA policy says) and held by the instance.
 
-    A repeated claim for the same instance and resources returns ``state``
-    unchanged (callers may retry).
+    A repeated claim for the same instance, resources, cells and PCI
+    requests (ids and counts) returns ``state`` unchanged (callers may
+    retry).
 
     :raises ComputeResourcesUnavailable: it does not fit.
+    :raises DevicesUnavailable: the PCI requests cannot be met.
     :raises InstanceClaimConflict: the instance holds different resources,
         or is in a move on this node.
     :raises ClaimPending: a standalone claim of the instance is in flight.
@@ -24,12 +33,18 @@ def claim_instance(state, ctx, instance, limits=None, assigned_request=None, *, 
     state.check_not_pending(instance.uuid)
     existing = state.instances.get(instance.uuid)
     if existing is not None:
-        if dict(existing.resources) == dict(instance.resources) and _same_cells(existing, guest):
+        if (
+            dict(existing.resources) == dict(instance.resources)
+            and _same_cells(existing, guest)
+            and pci_claim.counts(existing.pci_devices) == pci_claim.requested_counts(pci_requests)
+        ):
             return state
         raise errors.InstanceClaimConflict(
             instance_uuid=instance.uuid,
-            existing=dict(existing.resources),
-            requested=dict(instance.resources),
+            existing=_described(dict(existing.resources), pci_claim.counts(existing.pci_devices)),
+            requested=_described(
+                dict(instance.resources), pci_claim.requested_counts(pci_requests)
+            ),
         )
     if state.migrations_of(instance.uuid):
         raise errors.InstanceClaimConflict(
@@ -46,12 +61,22 @@ def claim_instance(state, ctx, instance, limits=None, assigned_request=None, *, 
         assigned_request=assigned_request,
     )
     numa = ensure_numa_fits(state, ctx, guest, instance_uuid=instance.uuid)
-    return state.with_instance(instance.replace(assigned=frozen_map(chosen), numa=numa))
+    pci = ensure_pci_fits(state, pci_requests, numa)
+    return state.with_instance(
+        instance.replace(assigned=frozen_map(chosen), numa=numa, pci_devices=pci)
+    )
 
 
 def _same_cells(existing, guest):
     held = existing.numa.guest_cells if existing.numa is not None else None
     return held == (tuple(guest.cells) if guest is not None else None)
+
+
+def _described(resources, pci_counts):
+    """Resources, and PCI requests when there are any (for a conflict)."""
+    if not pci_counts:
+        return resources
+    return f"{resources} and PCI requests {dict(sorted(pci_counts.items()))}"
 
 
 def remove_instance(state, instance_uuid, token=None):

@@ -10,6 +10,7 @@ import uuid as uuidlib
 
 from rtagent.numa.claim import NumaClaim
 from rtagent.pci import devices as pcidevs
+from rtagent.pci.claim import HeldDevice
 from rtagent.resources import (  # noqa: F401 - re-exported for the tracker's users
     DISK_GB,
     MEMORY_MB,
@@ -89,6 +90,14 @@ def _numa_value(data):
     return NumaClaim.from_dict(data) if data else None
 
 
+def _pci_list(held):
+    return [h.to_dict() for h in held]
+
+
+def _pci_value(data):
+    return tuple(HeldDevice.from_dict(h) for h in data or ())
+
+
 @dataclasses.dataclass(frozen=True)
 class Instance:
     """An instance whose usage this node holds.
@@ -100,6 +109,8 @@ class Instance:
     :param numa: a :class:`~rtagent.numa.claim.NumaClaim` (its cells, pinned
         CPUs and pages on this node), or None for a guest without a NUMA
         topology.
+    :param pci_devices: the PCI devices it holds here
+        (:class:`~rtagent.pci.claim.HeldDevice` values, in request order).
     """
 
     uuid: str
@@ -111,6 +122,7 @@ class Instance:
     project_id: str = ""
     assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     numa: NumaClaim | None = None
+    pci_devices: tuple = ()
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -126,6 +138,7 @@ class Instance:
             "project_id": self.project_id,
             "assigned": {rc: list(ids) for rc, ids in self.assigned.items()},
             "numa": _numa_dict(self.numa),
+            "pci_devices": _pci_list(self.pci_devices),
         }
 
     @classmethod
@@ -140,6 +153,7 @@ class Instance:
             project_id=data.get("project_id", ""),
             assigned=_frozen_ids(data.get("assigned")),
             numa=_numa_value(data.get("numa")),
+            pci_devices=_pci_value(data.get("pci_devices")),
         )
 
 
@@ -151,7 +165,9 @@ class Migration:
     Nodes are named by node UUID. ``old_*`` is what the instance holds at
     the source, ``new_*`` what it claims at the destination. ``seq`` orders
     updates: when several moves of one instance are in progress, the most
-    recently updated one is the one that counts.
+    recently updated one is the one that counts. ``old_pci`` and
+    ``new_pci`` are the PCI devices (:class:`~rtagent.pci.claim.HeldDevice`)
+    the instance holds at the source and takes at the destination.
     """
 
     uuid: str
@@ -170,6 +186,8 @@ class Migration:
     new_assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     old_numa: NumaClaim | None = None
     new_numa: NumaClaim | None = None
+    old_pci: tuple = ()
+    new_pci: tuple = ()
 
     @property
     def same_node(self):
@@ -196,6 +214,8 @@ class Migration:
             data[key] = {rc: list(ids) for rc, ids in data[key].items()}
         for key in ("old_numa", "new_numa"):
             data[key] = _numa_dict(data[key])
+        for key in ("old_pci", "new_pci"):
+            data[key] = _pci_list(data[key])
         return data
 
     @classmethod
@@ -209,6 +229,8 @@ class Migration:
             data[key] = _frozen_ids(data.get(key))
         for key in ("old_numa", "new_numa"):
             data[key] = _numa_value(data.get(key))
+        for key in ("old_pci", "new_pci"):
+            data[key] = _pci_value(data.get(key))
         return cls(**data)
 
 
@@ -221,6 +243,7 @@ class Claim:
     ``token`` identifies a pending standalone claim this call created
     (see ``Tracker.instance_claim(pending=True)``), else None.
     ``numa`` is where the guest's NUMA cells went, or None.
+    ``pci_devices`` the PCI devices it holds (HeldDevice values).
     """
 
     instance_uuid: str
@@ -229,6 +252,7 @@ class Claim:
     created: bool = True
     token: int | None = None
     numa: NumaClaim | None = None
+    pci_devices: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)

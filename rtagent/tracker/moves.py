@@ -12,17 +12,25 @@ The life of a move, seen from each node it involves::
     confirm source frees the old flavor; dest keeps the instance
     revert  dest frees the new flavor; source takes the instance back
 
+NUMA cells and PCI devices go with the flavor: the destination places and
+chooses them at start, the source keeps the instance's (``old_numa``,
+``old_pci``), and confirm or revert frees the side given up.
+
 Confirm, revert and finish of a move this node does not know return the
 state unchanged, so a retried call is harmless.
 """
 
+from rtagent.pci import claim as pci_claim
 from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
+from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
 from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
-def start_move(state, ctx, migration, limits=None, assigned_request=None, *, guest=None):
+def start_move(
+    state, ctx, migration, limits=None, assigned_request=None, *, guest=None, pci_requests=()
+):
     """``state`` with ``migration`` recorded (and claimed where needed).
 
     What the node will hold is fit-checked exactly: where the instance lives
@@ -38,12 +46,19 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None, *, gue
     :param guest: the NUMA topology the new flavor asks for, or None: at
         the destination its cells are placed (the move's ``new_numa``); the
         source keeps the instance's own as ``old_numa``.
+    :param pci_requests: the PCI requests the instance makes at the
+        destination (:class:`~rtagent.pci.pools.PciRequest`): there, devices
+        are chosen for them (the move's ``new_pci``, on the cells of
+        ``new_numa``); the source keeps the instance's devices as
+        ``old_pci``. A same-node resize holds both until confirmed or
+        reverted.
     :raises InvalidClaimRequest: unknown type, the move does not involve
         this node, the instance is not where the move says, or the old
         flavor is not the one tracked.
     :raises MoveConflict: the migration UUID is recorded with other details.
     :raises ClaimPending: a standalone claim of the instance is in flight.
     :raises ComputeResourcesUnavailable: the destination cannot fit it.
+    :raises DevicesUnavailable: the destination cannot meet the PCI requests.
     """
     node = state.node_uuid
     if migration.migration_type not in MOVE_TYPES:
@@ -55,7 +70,7 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None, *, gue
     state.check_not_pending(migration.instance_uuid)
     existing = state.migrations.get(migration.uuid)
     if existing is not None:
-        _check_same_move(existing, migration)
+        _check_same_move(existing, migration, pci_requests if migration.dest_node == node else None)
         return state  # a retry of the same start
     here = state.instances.get(migration.instance_uuid)
     stale = [m.uuid for m in state.migrations_of(migration.instance_uuid)]
@@ -79,6 +94,7 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None, *, gue
             old_resources=here.resources,
             old_assigned=here.assigned,
             old_numa=here.numa,
+            old_pci=here.pci_devices,
             project_id=here.project_id,
         )
     if migration.dest_node == node:
@@ -98,16 +114,24 @@ def start_move(state, ctx, migration, limits=None, assigned_request=None, *, gue
             assigned_request=assigned_request,
         )
         new_numa = ensure_numa_fits(state, ctx, guest, instance_uuid=migration.instance_uuid)
-        migration = migration.replace(new_assigned=frozen_map(chosen), new_numa=new_numa)
+        new_pci = ensure_pci_fits(state, pci_requests, new_numa)
+        migration = migration.replace(
+            new_assigned=frozen_map(chosen), new_numa=new_numa, new_pci=new_pci
+        )
         state = state.forget_released([migration.instance_uuid])
     return state.with_migration(migration)
 
 
-def _check_same_move(existing, requested):
-    """A repeated start must describe the recorded move exactly.
+def _check_same_move(existing, requested, pci_requests=None):
+    """A repeated start must describe the recorded move exactly (and, at
+    the destination, ask for the same PCI requests: ids and counts).
 
     :raises MoveConflict: it does not.
     """
+    pci = []
+    if pci_requests is not None:
+        held, asked = pci_claim.counts(existing.new_pci), pci_claim.requested_counts(pci_requests)
+        pci.append(("pci_requests", held, asked))
     differences = [
         name
         for name, a, b in (
@@ -118,6 +142,7 @@ def _check_same_move(existing, requested):
             ("old_flavor", _as_requested(existing), dict(requested.old_resources)),
             ("new_flavor", existing.new_flavor, requested.new_flavor),
             ("new_flavor", dict(existing.new_resources), dict(requested.new_resources)),
+            *pci,
         )
         if a != b
     ]
@@ -155,12 +180,11 @@ def finish_move(state, migration_uuid):
                 resources=move.new_resources,
                 assigned=move.new_assigned,
                 numa=move.new_numa,
+                pci_devices=move.new_pci,
             )
         )
     elif move.dest_node == node:
-        state = state.with_instance(
-            _landed(move, move.new_flavor, move.new_resources, move.new_assigned, move.new_numa)
-        )
+        state = state.with_instance(_landed(move, "new"))
     else:
         state = state.without_instance(move.instance_uuid)
     if move.migration_type in SELF_CONFIRMING_MOVES:
@@ -195,27 +219,28 @@ def revert_move(state, migration_uuid):
                     resources=move.old_resources,
                     assigned=move.old_assigned,
                     numa=move.old_numa,
+                    pci_devices=move.old_pci,
                 )
             )
     elif move.dest_node == node:
         state = state.without_instance(move.instance_uuid)
     elif here is None:
-        state = state.with_instance(
-            _landed(move, move.old_flavor, move.old_resources, move.old_assigned, move.old_numa)
-        )
+        state = state.with_instance(_landed(move, "old"))
     return state.without_migrations([migration_uuid])
 
 
-def _landed(move, flavor, resources, assigned, numa):
-    """The instance of ``move`` as it lives on this node after it landed."""
+def _landed(move, side):
+    """The instance of ``move`` as it lives on this node after it landed,
+    with the ``side`` ("old" or "new") of the move it holds."""
     return Instance(
         uuid=move.instance_uuid,
-        flavor=flavor,
-        resources=resources,
+        flavor=getattr(move, f"{side}_flavor"),
+        resources=getattr(move, f"{side}_resources"),
         vm_state="active",
         project_id=move.project_id,
-        assigned=assigned,
-        numa=numa,
+        assigned=getattr(move, f"{side}_assigned"),
+        numa=getattr(move, f"{side}_numa"),
+        pci_devices=getattr(move, f"{side}_pci"),
     )
 
 

@@ -21,7 +21,7 @@ from rtagent.numa import model as numa_model
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import node as pci_node
 from rtagent.resources import MEMORY_MB, STANDARD_CLASSES, VCPU, frozen_map
-from rtagent.tracker import assigned, errors, ledger, stats, untracked
+from rtagent.tracker import assigned, errors, ledger, pciholds, stats, untracked
 
 # Changes and changes() live in their own module; importable from here too.
 from rtagent.tracker.changes import (  # noqa: F401
@@ -46,6 +46,7 @@ def _table():
 
 
 _NO_PCI_DEVICES = pcidevs.make_table()
+_NO_PCI_FOUND = pci_node.Discovered()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,10 +83,15 @@ class NodeState:
         usage (derived from host and policy, see :mod:`rtagent.numa.claim`).
     :param pci: the parsed ``[pci]`` options (a
         :class:`rtagent.conf.pci.PciConfig`), or None for none.
+    :param pci_found: the :class:`~rtagent.pci.node.Discovered` devices of
+        the last reading, before claims (derived from host and pci).
     :param pci_devices: the :class:`~rtagent.pci.devices.DeviceTable` of the
-        host's devices that ``pci``'s device specs match, those held by a
-        domain without a claim marked allocated to it (derived from host
-        and pci, see :mod:`rtagent.pci.node`).
+        host's devices that ``pci``'s device specs match, with the devices
+        that claims hold (the instances' ``pci_devices``, the moves'
+        ``old_pci``/``new_pci``, see :meth:`pci_holds`) and, marked
+        allocated to it, those a domain holds without a claim (derived from
+        pci_found and the claims, see :mod:`rtagent.pci.node`; rebuilt
+        whenever a claim's devices change).
     :param pci_held: the :class:`~rtagent.pci.node.HeldWithoutClaim` values
         behind those marks: the node's PCI drift.
     :param pending: instance UUID -> token of a standalone claim whose
@@ -115,6 +121,7 @@ class NodeState:
     inventories: types.MappingProxyType = dataclasses.field(default_factory=_empty)
     numa_cells: tuple = ()
     pci: object = None
+    pci_found: pci_node.Discovered = _NO_PCI_FOUND
     pci_devices: pcidevs.DeviceTable = _NO_PCI_DEVICES
     pci_held: tuple = ()
     pending: types.MappingProxyType = dataclasses.field(default_factory=_empty)
@@ -220,7 +227,8 @@ class NodeState:
     def _pci_fields(self, state):
         """``state``'s PCI devices and drift; those of ``self`` when their
         inputs are the very same (the driver reuses its tuples while nothing
-        changed, so a ratio change or a steady reading costs nothing)."""
+        changed, so a ratio change or a steady reading costs nothing; the
+        claims do not change here)."""
         old, new = self.host, state.host
         if (
             old is not None
@@ -228,10 +236,27 @@ class NodeState:
             and old.domains is new.domains
             and self.pci is state.pci
         ):
-            return {"pci_devices": self.pci_devices, "pci_held": self.pci_held}
+            return {
+                "pci_found": self.pci_found,
+                "pci_devices": self.pci_devices,
+                "pci_held": self.pci_held,
+            }
         specs = state.pci.device_specs if state.pci is not None else ()
-        table, held = pci_node.node_devices(new, specs)
-        return {"pci_devices": table, "pci_held": held}
+        found = pci_node.discover(new, specs)
+        table, held = pci_node.with_claims(found, state.pci_holds())
+        return {"pci_found": found, "pci_devices": table, "pci_held": held}
+
+    def pci_holds(self):
+        """See :func:`rtagent.tracker.pciholds.holds`."""
+        return pciholds.holds(self)
+
+    def _with_pci_claims(self):
+        """This state with its device table rebuilt from the reading and
+        the claims' holds (after a claim's devices changed)."""
+        if self.host is None:
+            return self  # rebuilt at the first reading
+        table, held = pci_node.with_claims(self.pci_found, self.pci_holds())
+        return dataclasses.replace(self, pci_devices=table, pci_held=held)
 
     def numa_held(self):
         """(consumer, NumaClaim) for every NUMA claim the node holds, as
@@ -317,23 +342,28 @@ class NodeState:
         released = self.released
         if instance.uuid in released:
             released = released - {instance.uuid}
-        return dataclasses.replace(
+        old = self.instances.get(instance.uuid)
+        state = dataclasses.replace(
             self,
             instances=instances,
-            sums=self.sums.changed(instances, self.instances.get(instance.uuid), instance),
+            sums=self.sums.changed(instances, old, instance),
             released=released,
         )
+        old_pci = old.pci_devices if old is not None else ()
+        return state._with_pci_claims() if old_pci != instance.pci_devices else state
 
     def without_instance(self, uuid):
         if uuid not in self.instances:
             return self
         instances = self.instances.without([uuid])
-        return dataclasses.replace(
+        removed = self.instances[uuid]
+        state = dataclasses.replace(
             self,
             instances=instances,
-            sums=self.sums.changed(instances, removed=self.instances[uuid]),
+            sums=self.sums.changed(instances, removed=removed),
             released=self.released | {uuid},
         )
+        return state._with_pci_claims() if removed.pci_devices else state
 
     def forget_released(self, uuids):
         return dataclasses.replace(self, released=self.released - set(uuids))
@@ -342,11 +372,15 @@ class NodeState:
         """Add or update ``migration``, stamping it with the next sequence."""
         seq = self.seq + 1
         migration = migration.replace(seq=seq)
-        return dataclasses.replace(
+        state = dataclasses.replace(
             self,
             migrations=self.migrations.set(migration.uuid, migration),
             seq=seq,
         )
+        # The latest move of an instance is the one that counts: its other
+        # moves' devices may stop counting too.
+        moves = (migration, *self.migrations_of(migration.instance_uuid))
+        return state._with_pci_claims() if pciholds.any_held(moves) else state
 
     def without_migrations(self, uuids):
         """Drop these moves. An incoming move that ends without its instance
@@ -362,11 +396,15 @@ class NodeState:
             and not m.same_node
             and m.instance_uuid not in self.instances
         }
-        return dataclasses.replace(
+        state = dataclasses.replace(
             self,
             migrations=self.migrations.without(uuids),
             released=self.released | back,
         )
+        # The moves left of those instances may count again (see pci_holds).
+        moved = {g.instance_uuid for g in gone}
+        left = [m for m in state.migrations.values() if m.instance_uuid in moved]
+        return state._with_pci_claims() if pciholds.any_held(gone + left) else state
 
     def migrations_of(self, instance_uuid):
         return [m for m in self.migrations.values() if m.instance_uuid == instance_uuid]

@@ -37,7 +37,10 @@ LOCK_NAME = "rtagent.lock"
 # and "new_numa"); the tables are those of 4. An rtagent that understands
 # only 4 would drop them when it rewrites a row, and two guests could then
 # be pinned to one CPU: the version makes it refuse the store instead.
-SCHEMA_VERSION = 5
+# 6: rows may hold PCI devices (an instance's "pci_devices", a move's
+# "old_pci" and "new_pci"), for the same reason: an rtagent that knows only
+# 5 would drop them and give one device to two guests.
+SCHEMA_VERSION = 6
 _STORE_ID_KEY = "store_id"
 
 # Version 4: rows keyed by (node_uuid, uuid).
@@ -315,8 +318,8 @@ class Store:
         )
 
     def _migrate(self, found):
-        """Bring a version 1-4 store to this version: from 1-3, copy every
-        row into the tables of 4; 4 to 5 changes only the version.
+        """Bring a version 1-5 store to this version: from 1-3, copy every
+        row into the tables of 4; 4 to 5 and 5 to 6 change only the version.
         Transaction held: a crash anywhere in it leaves the old store as it
         was."""
         if found < 4:

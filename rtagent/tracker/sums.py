@@ -25,12 +25,16 @@ class InstanceSums:
         (assigned resources; a class appears while some instance holds one).
     :param numa: the :class:`~rtagent.numa.claim.NumaUsage` of the
         instances' NUMA claims.
+    :param pci: instance UUID -> the PCI devices it holds, for the
+        instances that hold any (so that the node's device table is rebuilt
+        from the few that do, not from every instance).
     """
 
     of: object
     amounts: types.MappingProxyType
     ids: types.MappingProxyType
     numa: NumaUsage = dataclasses.field(default_factory=NumaUsage)
+    pci: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
 
     @classmethod
     def over(cls, instances):
@@ -39,7 +43,8 @@ class InstanceSums:
         for instance in instances.values():
             _add(amounts, ids, instance, 1)
         numa = NumaUsage.of(i.numa for i in instances.values() if i.numa is not None)
-        return cls(instances, frozen_map(amounts), _freeze_ids(ids), numa)
+        pci = frozen_map({i.uuid: i.pci_devices for i in instances.values() if i.pci_devices})
+        return cls(instances, frozen_map(amounts), _freeze_ids(ids), numa, pci)
 
     def valid_for(self, instances):
         return self.of is instances
@@ -60,11 +65,23 @@ class InstanceSums:
         gone, new = _numa_of(removed), _numa_of(added)
         if gone or new:
             numa = numa.changed(gone, new)
-        return InstanceSums(instances, frozen_map(amounts), ids, numa)
+        pci = self.pci
+        if _pci_of(removed) or _pci_of(added):
+            held = dict(pci)
+            if removed is not None:
+                held.pop(removed.uuid, None)
+            if added is not None and added.pci_devices:
+                held[added.uuid] = added.pci_devices
+            pci = frozen_map(held)
+        return InstanceSums(instances, frozen_map(amounts), ids, numa, pci)
 
     def ids_in_use(self):
         """Resource class -> set of identifiers some instance holds."""
         return {rc: set(counts) for rc, counts in self.ids.items()}
+
+
+def _pci_of(instance):
+    return instance.pci_devices if instance is not None else ()
 
 
 def _numa_of(instance):

@@ -24,6 +24,8 @@ import time
 
 from oslo_concurrency import lockutils
 
+from rtagent.pci import devices as pcidevs
+from rtagent.pci import requests as pcirequests
 from rtagent.resources import frozen_map
 from rtagent.tracker import claims, drift, errors, ledger, moves, requests, view
 from rtagent.tracker.model import Claim, check_uuid
@@ -206,14 +208,24 @@ class Tracker:
     def _report_pci(self, snap):
         """Log the tracked PCI devices, and those a domain holds without a
         claim, when they change (not per audit)."""
-        tracked = tuple(d.address for d in snap.pci_devices)
+        tracked = tuple(d.address for d in snap.pci_devices if not d.gone)
         held = snap.pci_held
-        if (tracked, held) == self._pci_logged:
+        gone = tuple((d.address, d.instance_uuid) for d in pcidevs.held_but_gone(snap.pci_devices))
+        if (tracked, held, gone) == self._pci_logged:
             return
         specs = getattr(self._state.pci, "device_specs", ())
         # Said once at start-up when there are specs, then on every change.
-        old_tracked, old_held = self._pci_logged or (None if specs else (), ())
-        self._pci_logged = (tracked, held)
+        old_tracked, old_held, old_gone = self._pci_logged or (None if specs else (), (), ())
+        self._pci_logged = (tracked, held, gone)
+        for address, owner in sorted(set(gone) - set(old_gone)):
+            LOG.warning(
+                "Node %s: PCI device %s, held by instance %s, is no longer reported by the "
+                "host or matched by [pci] device_spec; it stays held until the instance is "
+                "deleted or moved away",
+                snap.node_uuid,
+                address,
+                owner,
+            )
         if tracked != old_tracked:
             LOG.info(
                 "Node %s: %d of the host's %d PCI device(s) match [pci] device_spec",
@@ -283,6 +295,7 @@ class Tracker:
         pending=False,
         extra_specs=None,
         image_properties=None,
+        pci_requests=None,
     ):
         """Claim ``flavor``'s resources for an instance; durable on return.
 
@@ -302,11 +315,19 @@ class Tracker:
             guest that asks for a NUMA topology, pinned CPUs or a page size
             gets cells placed on the host's (``Claim.numa``), and counts
             its pinned vCPUs as PCPU.
+        :param pci_requests: the instance's PCI requests (a list of
+            mappings, see :mod:`rtagent.pci.requests`): free devices of the
+            node are chosen for them, in the same lock and write as the
+            rest of the claim (``Claim.pci_devices``).
         :raises InvalidClaimRequest: malformed UUID, flavor or limits.
         :raises InvalidConstraint: an extra spec or image property is
             invalid or conflicts with another.
+        :raises rtagent.pci.errors.InvalidRequest: a PCI request is
+            invalid (unknown alias, bad count or field).
         :raises NodeNotReady, HostUnavailable: claims cannot be checked now.
         :raises ComputeResourcesUnavailable: it does not fit; nothing changed.
+        :raises rtagent.pci.errors.DevicesUnavailable: the PCI requests
+            cannot be met; nothing changed.
         :raises InstanceClaimConflict: the instance holds a different claim.
         :raises ClaimPending: a standalone claim of the instance is in flight.
         :raises StateError: the durable write failed; nothing changed.
@@ -316,11 +337,14 @@ class Tracker:
             instance_uuid, flavor, volume_backed=volume_backed, project_id=project_id, guest=guest
         )
         checked_limits = ledger.check_limits(limits)
+        pci = self._pci_requests(pci_requests, instance.uuid)
         token = next(self._tokens) if pending else None
 
         def claim(state):
             ctx = fit_context(state, self._count_untracked)
-            new = claims.claim_instance(state, ctx, instance, checked_limits, assigned, guest=guest)
+            new = claims.claim_instance(
+                state, ctx, instance, checked_limits, assigned, guest=guest, pci_requests=pci
+            )
             if new is not state and token is not None:
                 new = new.with_pending(instance.uuid, token)
             return new
@@ -334,8 +358,26 @@ class Tracker:
             LOG.info("Claimed %s for instance %s", dict(held.resources), held.uuid)
             if held.numa is not None:
                 LOG.info("Instance %s NUMA cells: %s", held.uuid, held.numa.describe())
+            if held.pci_devices:
+                LOG.info(
+                    "Instance %s PCI devices: %s",
+                    held.uuid,
+                    ", ".join(f"{h.address} ({h.request_id})" for h in held.pci_devices),
+                )
         token = token if created else None
-        return Claim(held.uuid, self.node_uuid, held.resources, created, token, held.numa)
+        return Claim(
+            held.uuid, self.node_uuid, held.resources, created, token, held.numa, held.pci_devices
+        )
+
+    def _pci_requests(self, raw, instance_uuid):
+        """``raw`` PCI requests checked against the node's ``[pci] alias``
+        (before the lock: the options are the state's, immutable)."""
+        if raw is None:
+            return ()
+        pci = self._state.pci
+        aliases = pci.aliases if pci is not None else {}
+        in_placement = pci.report_in_placement if pci is not None else False
+        return pcirequests.parse(raw, aliases, instance_uuid, in_placement)
 
     def settle_pending(self, instance_uuid, token):
         """The standalone claim's allocation is in Placement: the claim is an
@@ -421,7 +463,14 @@ class Tracker:
     # -- moves -----------------------------------------------------------
 
     def start_move(
-        self, *args, limits=None, assigned=None, extra_specs=None, image_properties=None, **request
+        self,
+        *args,
+        limits=None,
+        assigned=None,
+        extra_specs=None,
+        image_properties=None,
+        pci_requests=None,
+        **request,
     ):
         """Record a move involving this node; at the destination, claim it.
 
@@ -431,26 +480,36 @@ class Tracker:
         checked. ``extra_specs`` and ``image_properties`` are the new
         flavor's and the image's, as for :meth:`instance_claim`: at the
         destination, the guest's NUMA cells are placed (the move's
-        ``new_numa`` in the snapshot).
+        ``new_numa`` in the snapshot). ``pci_requests`` are the PCI
+        requests the instance makes at the destination: there, devices are
+        chosen for them (the move's ``new_pci``); they are checked on every
+        node.
 
         :raises InvalidClaimRequest: malformed input, the move does not
             involve this node, or its old flavor is not the tracked one.
         :raises MoveConflict: the migration is recorded with other details.
+        :raises rtagent.pci.errors.InvalidRequest: a PCI request is invalid.
         :raises ComputeResourcesUnavailable: the destination cannot fit it.
+        :raises rtagent.pci.errors.DevicesUnavailable: the destination
+            cannot meet the PCI requests.
         :raises StateError: the durable write failed; nothing changed.
         :returns: the :class:`~rtagent.tracker.model.Migration` as recorded
-            (its ``new_numa``: the cells placed at the destination).
+            (its ``new_numa`` and ``new_pci``: the cells placed and the
+            devices chosen at the destination).
         """
         new_flavor = request.get("new_flavor") or request.get("old_flavor")
         guest = requests.topology(new_flavor, extra_specs, image_properties)
         migration = requests.migration(*args, guest=guest, **request)
         checked_limits = ledger.check_limits(limits)
+        pci = self._pci_requests(pci_requests, migration.instance_uuid)
 
         def start(state):
             ctx = None
             if migration.dest_node == self.node_uuid:
                 ctx = fit_context(state, self._count_untracked)
-            return moves.start_move(state, ctx, migration, checked_limits, assigned, guest=guest)
+            return moves.start_move(
+                state, ctx, migration, checked_limits, assigned, guest=guest, pci_requests=pci
+            )
 
         state = self._update("start_move", migration.uuid, start)
         LOG.info("Move recorded: %s", migration.describe())

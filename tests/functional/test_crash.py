@@ -2,7 +2,8 @@
 
 A real child process drives trackers through random claims, aborts and
 moves (start, finish, confirm, revert; as source, destination and same
-node) and is killed with SIGKILL at a random point, round after round. It
+node), some pinning CPUs or taking PCI devices, and is killed with SIGKILL
+at a random point, round after round. It
 runs one node, or two nodes of one agent over one store with moves between
 them, where each step of a move is called on both nodes, in a random order,
 as a conductor calls it. Before each call the worker says what it is about
@@ -10,7 +11,9 @@ to do, and after the call returns it acknowledges it. After each kill the
 test reopens the state directory and checks it against its own model of the
 acknowledged calls (the one in flight may or may not have landed, but
 nothing else may differ), then recounts the usage from scratch from that
-model. A step cut short by the kill is finished by the next worker first,
+model, and the held PCI devices from the restored rows (no device held by
+two instances, never a PF with one of its VFs, the device table exactly
+what the rows hold). A step cut short by the kill is finished by the next worker first,
 as a conductor retries it.
 
 Workers are forked from a forkserver that has imported the code once, so
@@ -29,6 +32,10 @@ import uuid
 import pytest
 from oslo_concurrency import lockutils
 
+from rtagent.conf.pci import PciConfig
+from rtagent.pci import alias, spec
+from rtagent.pci import model as pcimodel
+from rtagent.pci.errors import DevicesUnavailable
 from rtagent.tracker import identity
 from rtagent.tracker.errors import ComputeResourcesUnavailable
 from rtagent.tracker.ledger import ResourcePolicy
@@ -53,6 +60,36 @@ NUMA_HOSTS = tuple(
     for name in ("node1", "node2")
 )
 OTHER = "99999999-9999-9999-9999-999999999999"  # a node of another agent
+# A PF with 3 VFs and two GPUs, on each node of the PCI mode.
+_PF = pcimodel.HostDevice("0000:3b:00.0", "8086", "1572", pcimodel.TYPE_PF, 0, devname="ens1f0")
+PCI_DEVICES = (
+    _PF,
+    *(
+        pcimodel.HostDevice(f"0000:3b:02.{fn}", "8086", "154c", pcimodel.TYPE_VF, 0, _PF.address)
+        for fn in range(3)
+    ),
+    pcimodel.HostDevice("0000:af:00.0", "10de", "1eb8", pcimodel.TYPE_PCI, 1),
+    pcimodel.HostDevice("0000:b0:00.0", "10de", "1eb8", pcimodel.TYPE_PCI, 1),
+)
+PCI_HOSTS = tuple(dataclasses.replace(h, pci_devices=PCI_DEVICES) for h in HOSTS)
+PCI = PciConfig(
+    device_specs=spec.parse_device_specs(['{"devname": "ens1f0"}', '{"vendor_id": "10de"}']),
+    aliases=alias.parse_aliases(
+        [
+            '{"name": "vf", "vendor_id": "8086", "product_id": "154c", "device_type": "type-VF"}',
+            '{"name": "pf", "vendor_id": "8086", "product_id": "1572", "device_type": "type-PF"}',
+        ]
+    ),
+)
+# What a claim or a move asks for in the PCI mode (an alias or a spec).
+PCI_ASKS = (
+    [],
+    [{"alias": "vf", "count": 1}],
+    [{"alias": "vf", "count": 2}],
+    [{"alias": "pf", "count": 1}],
+    [{"spec": [{"vendor_id": "10de"}], "count": 1}],
+    [{"alias": "vf", "count": 1}, {"spec": [{"vendor_id": "10de"}], "count": 1}],
+)
 
 _FORK = multiprocessing.get_context("forkserver")
 _FORK.set_forkserver_preload([__name__])
@@ -61,13 +98,14 @@ _FORK.set_forkserver_preload([__name__])
 lockutils.ReaderWriterLock()
 
 
-def open_nodes(state_path, count, numa=False):
+def open_nodes(state_path, count, numa=False, pci=False):
     """``count`` trackers over one store in ``state_path``, hosts read."""
     store = Store(str(state_path))
     first = identity.load_or_create(str(state_path), store)
     policy = ResourcePolicy(reserved_host_memory_mb=0)
-    trackers = [Tracker(u, store, policy) for u in (first, SECOND_NODE)[:count]]
-    hosts = NUMA_HOSTS if numa else HOSTS
+    config = PCI if pci else None
+    trackers = [Tracker(u, store, policy, pci=config) for u in (first, SECOND_NODE)[:count]]
+    hosts = NUMA_HOSTS if numa else PCI_HOSTS if pci else HOSTS
     snaps = [t.update_host(h) for t, h in zip(trackers, hosts, strict=False)]
     return trackers, snaps, store
 
@@ -75,18 +113,18 @@ def open_nodes(state_path, count, numa=False):
 # -- the worker (runs in the child) ---------------------------------------
 
 
-def worker(conn, state_path, seed, count, resume, numa):
+def worker(conn, state_path, seed, count, resume, numa, pci):
     """Call random steps until killed; say each call before and after."""
     try:
-        _work(conn, state_path, seed, count, resume, numa)
+        _work(conn, state_path, seed, count, resume, numa, pci)
     except BaseException:
         conn.send_bytes(("E " + traceback.format_exc()).encode())
         raise
 
 
-def _work(conn, state_path, seed, count, resume, numa):
+def _work(conn, state_path, seed, count, resume, numa, pci):
     rng = random.Random(seed)
-    trackers, _, _ = open_nodes(state_path, count, numa)
+    trackers, _, _ = open_nodes(state_path, count, numa, pci)
     nodes = [t.node_uuid for t in trackers]
 
     def say(line):
@@ -98,7 +136,7 @@ def _work(conn, state_path, seed, count, resume, numa):
             say("B " + json.dumps([index, op]))
             try:
                 _call(trackers[index], op)
-            except ComputeResourcesUnavailable:
+            except (ComputeResourcesUnavailable, DevicesUnavailable):
                 say("R")  # the rest of the step is not called
                 return
             say("A")
@@ -106,17 +144,20 @@ def _work(conn, state_path, seed, count, resume, numa):
     if resume:
         run(resume)
     while True:
-        run(_pick_step(rng, trackers, nodes, numa))
+        run(_pick_step(rng, trackers, nodes, numa, pci))
 
 
 def _call(tracker, op):
-    # A claim's or a start's last element says whether the guest is pinned.
+    # A claim's or a start's last two elements: whether the guest is
+    # pinned, and its PCI requests.
     if op[0] == "claim":
-        tracker.instance_claim(op[1], Flavor(*op[2]), extra_specs=PINNED if op[3] else None)
+        tracker.instance_claim(
+            op[1], Flavor(*op[2]), extra_specs=PINNED if op[3] else None, pci_requests=op[4]
+        )
     elif op[0] == "abort":
         tracker.abort_instance_claim(op[1])
     elif op[0] == "start":
-        _, mig, mtype, inst, source, dest, old, new, pinned = op
+        _, mig, mtype, inst, source, dest, old, new, pinned, asks = op
         tracker.start_move(
             mig,
             inst,
@@ -126,12 +167,13 @@ def _call(tracker, op):
             old_flavor=Flavor(*old),
             new_flavor=Flavor(*new),
             extra_specs=PINNED if pinned else None,
+            pci_requests=asks,
         )
     else:
         getattr(tracker, op[0] + "_move")(op[1])
 
 
-def _pick_step(rng, trackers, nodes, numa):
+def _pick_step(rng, trackers, nodes, numa, pci):
     """A random step as a list of (node index, call); a move's step lists
     every node of this agent that the move involves."""
 
@@ -140,6 +182,9 @@ def _pick_step(rng, trackers, nodes, numa):
 
     def pins():
         return numa and rng.random() < 0.5
+
+    def asks():
+        return rng.choice(PCI_ASKS) if pci else None
 
     snaps = [t.snapshot() for t in trackers]
     moving = {m.instance_uuid for s in snaps for m in s.migrations}
@@ -159,10 +204,11 @@ def _pick_step(rng, trackers, nodes, numa):
         old = flavor()
         new = flavor() if mtype == "resize" else old
         inst = str(uuid.uuid4())
-        op = ["start", str(uuid.uuid4()), mtype, inst, OTHER, nodes[n], old, new, pins()]
+        op = ["start", str(uuid.uuid4()), mtype, inst, OTHER, nodes[n], old, new, pins(), asks()]
         return [[n, op]]
     if kind in ("claim", "finish", "confirm", "revert") or not idle:
-        return [[rng.randrange(len(nodes)), ["claim", str(uuid.uuid4()), flavor(), pins()]]]
+        claim = ["claim", str(uuid.uuid4()), flavor(), pins(), asks()]
+        return [[rng.randrange(len(nodes)), claim]]
     n, inst = rng.choice(idle)
     old = [inst.flavor.vcpus, inst.flavor.memory_mb, inst.flavor.root_gb]
     pinned = inst.numa is not None
@@ -170,15 +216,16 @@ def _pick_step(rng, trackers, nodes, numa):
         return [[n, ["abort", inst.uuid]]]
     if kind == "same":
         mig = str(uuid.uuid4())
-        op = ["start", mig, "resize", inst.uuid, nodes[n], nodes[n], old, flavor(), pinned]
+        op = ["start", mig, "resize", inst.uuid, nodes[n], nodes[n], old, flavor(), pinned, asks()]
         return [[n, op]]
     mtype = rng.choice(["resize", "migration", "live-migration"])
     new = flavor() if mtype == "resize" else old
     if kind == "out":
-        op = ["start", str(uuid.uuid4()), mtype, inst.uuid, nodes[n], OTHER, old, new, pinned]
+        op = ["start", str(uuid.uuid4()), mtype, inst.uuid, nodes[n], OTHER, old, new, pinned, None]
         return [[n, op]]
     dest = 1 - n  # cross: between the two nodes of this agent
     op = ["start", str(uuid.uuid4()), mtype, inst.uuid, nodes[n], nodes[dest], old, new, pinned]
+    op.append(asks())
     return [[dest, op], [n, op]]  # the destination first: it claims
 
 
@@ -190,26 +237,43 @@ class Model:
 
     def __init__(self, node):
         self.instances = {}  # uuid -> (vcpus, memory_mb, disk_gb)
-        self.moves = {}  # uuid -> dict(role, kind, inst, old, new, finished)
+        self.moves = {}  # uuid -> dict(role, kind, inst, old, new, finished, old_pci, new_pci)
+        self.pci = {}  # instance uuid -> how many PCI devices it holds (when any)
         self.node = node
 
     def apply(self, op):
         kind = op[0]
         if kind == "claim":
+            if op[1] not in self.instances:  # a repeated claim changes nothing
+                self._set_pci(op[1], _devices(op[4]))
             self.instances[op[1]] = tuple(op[2])
         elif kind == "abort":
             self.instances.pop(op[1], None)
+            self.pci.pop(op[1], None)
             self.moves = {k: m for k, m in self.moves.items() if m["inst"] != op[1]}
         elif kind == "start":
-            _, mig, mtype, inst, source, dest, old, new, _ = op
+            _, mig, mtype, inst, source, dest, old, new, _, asks = op
             if mig in self.moves:
                 return  # a repeated start changes nothing
             role = "same" if source == dest else ("source" if source == self.node else "dest")
             self.moves[mig] = dict(
-                role=role, kind=mtype, inst=inst, old=tuple(old), new=tuple(new), finished=False
+                role=role,
+                kind=mtype,
+                inst=inst,
+                old=tuple(old),
+                new=tuple(new),
+                finished=False,
+                old_pci=self.pci.get(inst, 0) if role != "dest" else 0,
+                new_pci=_devices(asks) if role != "source" else 0,
             )
         else:
             self._step(kind, op[1])
+
+    def _set_pci(self, inst, count):
+        if count:
+            self.pci[inst] = count
+        else:
+            self.pci.pop(inst, None)
 
     def _step(self, kind, mig):
         move = self.moves.get(mig)
@@ -221,8 +285,10 @@ class Model:
                 return
             if role == "source":
                 self.instances.pop(inst, None)
+                self.pci.pop(inst, None)
             else:
                 self.instances[inst] = move["new"]
+                self._set_pci(inst, move["new_pci"])
             if move["kind"] in SELF_CONFIRMING:
                 del self.moves[mig]
             else:
@@ -230,12 +296,15 @@ class Model:
         elif kind == "confirm":
             if role == "same" and not move["finished"]:
                 self.instances[inst] = move["new"]
+                self._set_pci(inst, move["new_pci"])
             del self.moves[mig]
         elif kind == "revert":
             if role == "dest":
                 self.instances.pop(inst, None)
+                self.pci.pop(inst, None)
             elif role == "same" or inst not in self.instances:
                 self.instances[inst] = move["old"]
+                self._set_pci(inst, move["old_pci"])
             del self.moves[mig]
 
     def usage(self):
@@ -265,31 +334,74 @@ class Model:
         return (
             dict(self.instances),
             {k: (m["inst"], m["finished"]) for k, m in self.moves.items()},
+            dict(self.pci),
+            {k: m["new_pci"] for k, m in self.moves.items() if m["new_pci"]},
         )
 
 
-def restored(tmp_path, count, numa=False):
+def _devices(asks):
+    """How many devices PCI requests (a claim's or a move's) take."""
+    return sum(a["count"] for a in asks or ())
+
+
+def restored(tmp_path, count, numa=False, pci=False):
     """Reopen the state directory: per node, (view, usage) as the store holds it."""
-    trackers, snaps, store = open_nodes(tmp_path, count, numa)
+    trackers, snaps, store = open_nodes(tmp_path, count, numa, pci)
     store.close()
     result = []
     for snap in snaps:
         check_pins(snap)
+        check_devices(snap)
         instances = {
             i.uuid: (i.flavor.vcpus, i.flavor.memory_mb, i.flavor.root_gb) for i in snap.instances
         }
         moves = {m.uuid: (m.instance_uuid, m.status == "finished") for m in snap.migrations}
+        devices = {i.uuid: len(i.pci_devices) for i in snap.instances if i.pci_devices}
+        new_devices = {m.uuid: len(m.new_pci) for m in snap.migrations if m.new_pci}
         vcpus = snap.usage.get("VCPU", 0) + snap.usage.get("PCPU", 0)
         usage = (vcpus, snap.usage["MEMORY_MB"], snap.usage["DISK_GB"])
-        result.append(((instances, moves), usage))
+        result.append(((instances, moves, devices, new_devices), usage))
     return [t.node_uuid for t in trackers], result
 
 
-def pinned_claims(tmp_path, count, numa):
-    """How many claims with pinned CPUs the nodes hold now."""
-    _, snaps, store = open_nodes(tmp_path, count, numa)
+def pinned_claims(tmp_path, count, numa, pci=False):
+    """How many claims with pinned CPUs, and how many PCI devices held, the
+    nodes have now."""
+    _, snaps, store = open_nodes(tmp_path, count, numa, pci)
     store.close()
-    return sum(1 for snap in snaps for _, claim in snap.numa_claims if claim.pinned)
+    pinned = sum(1 for snap in snaps for _, claim in snap.numa_claims if claim.pinned)
+    return pinned, sum(1 for snap in snaps for d in snap.pci_devices if d.held)
+
+
+def check_devices(snap):
+    """Every PCI device the rows hold is held by one instance only, never a
+    PF with one of its VFs, and the device table holds exactly those: by
+    this test's own reading of the rows (an instance here holds its
+    devices; the latest move of an instance not here holds its side here;
+    a same-node resize holds both sides)."""
+    here = {i.uuid: i for i in snap.instances}
+    latest = {}
+    for move in snap.migrations:
+        if move.instance_uuid not in latest or move.seq > latest[move.instance_uuid].seq:
+            latest[move.instance_uuid] = move
+    holds = [(i.uuid, h) for i in snap.instances for h in i.pci_devices]
+    for move in latest.values():
+        if move.same_node:
+            mine = here[move.instance_uuid].pci_devices if move.instance_uuid in here else ()
+            sides = [h for h in move.old_pci + move.new_pci if h not in mine]
+        elif move.instance_uuid in here:
+            sides = []
+        else:
+            sides = move.new_pci if move.dest_node == snap.node_uuid else move.old_pci
+        holds += [(move.instance_uuid, h) for h in sides]
+    owner = {}
+    for inst, h in holds:
+        assert h.address not in owner, f"{h.address} held by {owner[h.address]} and {inst}"
+        owner[h.address] = inst
+    for address in owner:
+        dev = next(d for d in PCI_DEVICES if d.address == address)
+        assert dev.parent_addr not in owner, f"PF {dev.parent_addr} held with its VF {address}"
+    assert {d.address: d.instance_uuid for d in snap.pci_devices if d.held} == owner
 
 
 def check_pins(snap):
@@ -307,12 +419,12 @@ def check_pins(snap):
     assert snap.numa_cells == recounted(snap)
 
 
-def run_worker(tmp_path, seed, count, resume, wanted, numa=False):
+def run_worker(tmp_path, seed, count, resume, wanted, numa=False, pci=False):
     """Fork a worker, read ``wanted`` of its lines, SIGKILL it; every line it
     sent before dying."""
     reader, writer = _FORK.Pipe(duplex=False)
     proc = _FORK.Process(
-        target=worker, args=(writer, str(tmp_path), seed, count, resume, numa), daemon=True
+        target=worker, args=(writer, str(tmp_path), seed, count, resume, numa, pci), daemon=True
     )
     proc.start()
     writer.close()
@@ -363,23 +475,26 @@ def replay(models, lines):
 
 
 @pytest.mark.parametrize(
-    "count, rounds, numa",
-    [(1, 50, False), (2, 50, False), (2, 50, True)],
-    ids=["one-node", "two-nodes", "two-numa-nodes"],
+    "count, rounds, numa, pci",
+    [(1, 50, False, False), (2, 50, False, False), (2, 50, True, False), (2, 20, False, True)],
+    ids=["one-node", "two-nodes", "two-numa-nodes", "two-pci-nodes"],
 )
-def test_acknowledged_operations_survive_sigkill(tmp_path, count, rounds, numa):
+def test_acknowledged_operations_survive_sigkill(tmp_path, count, rounds, numa, pci):
     seed = int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
-    nodes, _ = restored(tmp_path, count, numa)
+    nodes, _ = restored(tmp_path, count, numa, pci)
     models = [Model(node) for node in nodes]
-    acknowledged, crossed, resume, pinned = 0, 0, None, 0
+    acknowledged, crossed, resume, pinned, devices = 0, 0, None, 0, 0
     for round_ in range(rounds):
-        lines = run_worker(tmp_path, rng.randrange(2**31), count, resume, rng.randint(1, 80), numa)
+        wanted = rng.randint(1, 80)
+        lines = run_worker(tmp_path, rng.randrange(2**31), count, resume, wanted, numa, pci)
         acknowledged += lines.count("A")
         crossed += sum(1 for line in lines if line.startswith("S ") and _crosses(line, nodes))
         in_flight, resume = replay(models, lines)
-        _, state = restored(tmp_path, count, numa)
-        pinned += pinned_claims(tmp_path, count, numa)
+        _, state = restored(tmp_path, count, numa, pci)
+        found = pinned_claims(tmp_path, count, numa, pci)
+        pinned += found[0]
+        devices += found[1]
         candidates = [models]
         if in_flight is not None:
             landed = copy.deepcopy(models)
@@ -396,6 +511,7 @@ def test_acknowledged_operations_survive_sigkill(tmp_path, count, rounds, numa):
     assert acknowledged > rounds  # the worker really worked
     assert crossed > 0 or count == 1  # and moved instances between its nodes
     assert pinned > 0 or not numa  # and pinned CPUs
+    assert devices > 0 or not pci  # and held PCI devices
 
 
 def _crosses(step_line, nodes):

@@ -97,9 +97,11 @@ def host_uri(tmp_path, domains=""):
 
 @pytest.fixture
 def sriov_agent(make_agent, make_conf, tmp_path):
-    def make(*specs, domains=""):
+    def make(*specs, domains="", aliases=()):
         conf = make_conf(
-            libvirt__connection_uri=host_uri(tmp_path, domains), pci__device_spec=list(specs)
+            libvirt__connection_uri=host_uri(tmp_path, domains),
+            pci__device_spec=list(specs),
+            pci__alias=list(aliases),
         )
         agent = make_agent(conf)
         agent.audit()
@@ -230,3 +232,32 @@ def test_status_of_a_running_agent_lists_pools_and_held_devices(tmp_path):
         f"    {VFS[0]} held by domain by-hand {BY_HAND} without a claim",
         f"    {GPU} held by domain by-hand {BY_HAND} without a claim",
     ]
+
+
+NIC_ALIAS = '{"name": "nic", "vendor_id": "8086", "product_id": "154c", "device_type": "type-VF"}'
+
+
+def test_claimed_devices_survive_a_restart_and_the_guest_holding_them_is_no_drift(sriov_agent):
+    first = sriov_agent(NIC_SPEC, GPU_SPEC, aliases=[NIC_ALIAS])
+    endpoint = AgentEndpoint(first, "host-1", "192.0.2.7")
+    reply = endpoint.instance_claim(
+        {},
+        instance_uuid=BY_HAND,
+        flavor={"vcpus": 1, "memory_mb": 512},
+        pci_requests=[{"alias": "nic", "count": 1}],
+    )
+    assert [d["address"] for d in reply["result"]["pci_devices"]] == [VFS[0]], reply
+    first.close()  # the state directory is the second agent's now
+
+    # The guest now runs, with its VF and a GPU no claim gave it.
+    second = sriov_agent(NIC_SPEC, GPU_SPEC, aliases=[NIC_ALIAS], domains=DOMAIN)
+    held = tracked(second)
+    assert held[VFS[0]] == (model.TYPE_VF, NIC_TAGS, devices.ALLOCATED, BY_HAND)
+    assert held[GPU][2:] == (devices.ALLOCATED, BY_HAND)
+    snap = second.tracker.snapshot()
+    assert [(h.address, h.owner) for h in snap.pci_held] == [(GPU, BY_HAND)]  # the VF is claimed
+    (instance,) = snap.instances
+    assert [h.address for h in instance.pci_devices] == [VFS[0]]
+    status = node_status(snap)
+    assert [(c["address"], c["owner"]) for c in status["pci"]["claimed"]] == [(VFS[0], BY_HAND)]
+    assert compute_node(second)["pci_device_pools"] == [VF_POOL | {"count": 3}]

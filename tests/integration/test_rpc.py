@@ -101,6 +101,7 @@ def test_every_method_round_trips(agent, client):
         "node_uuid": node,
         "resources": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 2},
         "numa": None,
+        "pci_devices": [],
     }
     # a retried claim returns the same claim; upper-case UUIDs are the same UUID
     assert (

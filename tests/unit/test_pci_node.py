@@ -12,7 +12,9 @@ import pytest
 
 from rtagent.cmd.status import render
 from rtagent.conf.pci import PciConfig
+from rtagent.pci import claim as pci_claim
 from rtagent.pci import devices, model, node, pools, spec
+from rtagent.pci.claim import HeldDevice
 from rtagent.pci.model import HostDevice
 from rtagent.rpc.status import node_status
 from rtagent.tracker import view
@@ -127,6 +129,83 @@ def test_mark_held_changes_nothing_without_holds():
     assert all(d.status == devices.AVAILABLE for d in table)
 
 
+# -- claims' holds --------------------------------------------------------------
+
+
+def hold(dev, request_id="r1"):
+    return HeldDevice.of(devices.Device(host=dev), request_id)
+
+
+def test_holds_are_applied_on_rebuild_with_their_pf_vf_effects():
+    holds = [(A, hold(VF0), devices.ALLOCATED), (B, hold(GPU, "r2"), devices.CLAIMED)]
+    table, held = node.node_devices(host(), SPECS, holds)
+    assert held == ()
+    assert statuses(table) == {
+        PF.address: (devices.UNAVAILABLE, None),
+        VF0.address: (devices.ALLOCATED, A),
+        VF1.address: (devices.AVAILABLE, None),
+        GPU.address: (devices.CLAIMED, B),
+    }
+    assert table.get(GPU.address).request_id == "r2"
+    # No holds: what discovery gives, every device free.
+    assert {s for s, _ in statuses(node.node_devices(host(), SPECS)[0]).values()} == {
+        devices.AVAILABLE
+    }
+
+
+def test_a_held_device_the_host_no_longer_reports_stays_held_and_gone():
+    holds = [(A, hold(GPU), devices.ALLOCATED)]
+    table, _ = node.node_devices(host(pci=(PF, VF0, VF1)), SPECS, holds)
+    gone = table.get(GPU.address)
+    assert (gone.status, gone.instance_uuid, gone.gone) == (devices.ALLOCATED, A, True)
+    assert gone.host == GPU  # its facts, from the hold
+    assert devices.held_but_gone(table) == (gone,)
+    # Freed (the claim ended): dropped.
+    assert GPU.address not in node.node_devices(host(pci=(PF, VF0, VF1)), SPECS)[0]
+    # Back on the host: no longer gone.
+    assert not node.node_devices(host(), SPECS, holds)[0].get(GPU.address).gone
+
+
+def test_a_domain_holding_its_own_claimed_device_is_no_drift():
+    holds = [(A, hold(VF0), devices.ALLOCATED)]
+    table, held = node.node_devices(host(dom(A, VF0.address), dom(B, VF0.address)), SPECS, holds)
+    # B holds a device A's claim has: drift, and the device stays A's.
+    assert held == (node.HeldWithoutClaim(VF0.address, B, "dom-b"),)
+    assert statuses(table)[VF0.address] == (devices.ALLOCATED, A)
+
+
+def test_a_device_two_holds_name_stays_with_the_first():
+    holds = [(A, hold(GPU), devices.ALLOCATED), (B, hold(GPU, "r2"), devices.CLAIMED)]
+    assert statuses(node.with_holds(node.discover(host(), SPECS).table, holds))[GPU.address] == (
+        devices.ALLOCATED,
+        A,
+    )
+
+
+def test_choose_holds_devices_in_request_order_with_their_facts():
+    table = node.discover(host(), SPECS).table
+    requests = [
+        pools.PciRequest("gpu", 1, ({"vendor_id": "10de"},)),
+        pools.PciRequest("vfs", 2, ({"product_id": "154c"},)),
+    ]
+    chosen = pci_claim.choose(table, requests)
+    assert [(h.address, h.request_id) for h in chosen] == [
+        (GPU.address, "gpu"),
+        (VF0.address, "vfs"),
+        (VF1.address, "vfs"),
+    ]
+    assert chosen[1].host_device() == VF0
+    assert chosen[1].describe() == {
+        "address": VF0.address,
+        "dev_type": model.TYPE_VF,
+        "vendor_id": "8086",
+        "product_id": "154c",
+        "numa_node": 0,
+        "request_id": "vfs",
+    }
+    assert pci_claim.choose(table, []) == ()
+
+
 # -- in the tracker -----------------------------------------------------------
 
 
@@ -205,7 +284,7 @@ def test_the_view_and_status_show_pools_and_held_devices(tracker):
         ("1572", 1),
     ]
     status = node_status(snap, now=0)
-    assert status["pci"] == {"devices": 4, "pools": cn["pci_device_pools"]}
+    assert status["pci"] == {"devices": 4, "pools": cn["pci_device_pools"], "claimed": []}
     assert status["drift"]["pci_devices_held"] == [
         {"address": GPU.address, "owner": A, "domain": "by-hand"}
     ]

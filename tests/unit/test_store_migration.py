@@ -62,7 +62,7 @@ def test_every_row_survives_the_migration(v3_dir):
     before = raw_rows(v3_dir)
     store = Store(str(v3_dir))
     try:
-        assert store.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
+        assert store.get_meta("schema_version") == str(SCHEMA_VERSION) == "6"
         nodes = {n for n, *_ in before["instances"] + before["migrations"]}
         for node in nodes:
             assert store.load_instances(node) == sorted(
@@ -136,7 +136,7 @@ def test_a_store_of_version_1_gets_the_tables_it_lacked(tmp_path):
     db.commit()
     db.close()
     store = Store(str(tmp_path))
-    assert store.get_meta("schema_version") == "5"
+    assert store.get_meta("schema_version") == "6"
     assert store.load_migrations("n") == []
     assert store.load_released("n") == frozenset()
     store.close()
@@ -145,30 +145,46 @@ def test_a_store_of_version_1_gets_the_tables_it_lacked(tmp_path):
 
 def test_a_store_newer_than_this_code_is_refused_untouched(v3_dir):
     db = sqlite3.connect(v3_dir / "rtagent.sqlite")
-    db.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    db.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
     db.commit()
     db.close()
     before = raw_rows(v3_dir)
-    with pytest.raises(errors.StateError, match="schema version 6 is newer"):
+    with pytest.raises(errors.StateError, match="schema version 7 is newer"):
         Store(str(v3_dir))
     assert raw_rows(v3_dir) == before
 
 
-def test_a_version_4_store_becomes_5_with_every_row_kept(v3_dir):
-    # A store as rtagent before NUMA claims left it: the tables of 4.
+@pytest.mark.parametrize("old", ["4", "5"])
+def test_a_version_4_or_5_store_becomes_6_with_every_row_kept(v3_dir, old):
+    # A store as rtagent before NUMA claims (4) or before PCI claims (5)
+    # left it: the tables of 4.
     Store(str(v3_dir)).close()
     db = sqlite3.connect(v3_dir / "rtagent.sqlite")
-    db.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (old,))
     db.commit()
     db.close()
     before = raw_rows(v3_dir)
     store = Store(str(v3_dir))
     try:
-        assert store.get_meta("schema_version") == "5"
+        assert store.get_meta("schema_version") == "6"
     finally:
         store.close()
     after = raw_rows(v3_dir)
-    assert after["meta"]["schema_version"] == "5"
+    assert after["meta"]["schema_version"] == "6"
     assert {k: v for k, v in after.items() if k != "meta"} == {
         k: v for k, v in before.items() if k != "meta"
     }
+
+
+def test_rows_of_5_have_no_pci_devices_and_6_keeps_them():
+    """A row written before PCI claims reads as holding none; one with
+    devices reads back with them (the fields a downgrade would drop)."""
+    from rtagent.pci.claim import HeldDevice
+    from rtagent.tracker.model import Flavor, frozen_map
+
+    held = (HeldDevice("0000:3b:02.0", "r-1", "8086", "154c", "type-VF", 0, "0000:3b:00.0"),)
+    instance = Instance("u", Flavor(1, 1), frozen_map({"VCPU": 1}), pci_devices=held)
+    body = instance.to_dict()
+    assert Instance.from_dict(body) == instance
+    del body["pci_devices"]
+    assert Instance.from_dict(body).pci_devices == ()

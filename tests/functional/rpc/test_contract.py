@@ -161,6 +161,49 @@ DEEP = _deep(3000)
                 ({"image_properties": {"hw_numa_nodes": NAN}}, "image_properties.hw_numa_nodes"),
             ]
         ],
+        # 1.4: pci_requests are bounded too
+        *[
+            ("instance_claim", claim_with(pci_requests=requests), path)
+            for requests, path in [
+                ({"alias": "nic", "count": 1}, "pci_requests"),
+                ([{"alias": "nic", "count": 1}] * 17, "pci_requests"),
+                ([{"alias": "nic"}], "pci_requests.0"),
+                ([{"alias": "nic", "count": 0}], "pci_requests.0.count"),
+                ([{"alias": "nic", "count": 65}], "pci_requests.0.count"),
+                ([{"alias": "nic", "count": 1.0}], "pci_requests.0.count"),
+                ([{"alias": "", "count": 1}], "pci_requests.0.alias"),
+                ([{"alias": "n" * 257, "count": 1}], "pci_requests.0.alias"),
+                ([{"alias": "nic\n", "count": 1}], "pci_requests.0.alias"),
+                ([{"alias": "nic", "count": 1, "pool": "x"}], "pci_requests.0"),
+                (
+                    [{"alias": "nic", "count": 1, "numa_policy": "near"}],
+                    "pci_requests.0.numa_policy",
+                ),
+                ([{"alias": "nic", "count": 1, "request_id": "a b"}], "pci_requests.0.request_id"),
+                ([{"spec": [], "count": 1}], "pci_requests.0.spec"),
+                ([{"spec": [{}], "count": 1}], "pci_requests.0.spec.0"),
+                ([{"spec": [{"vendor_id": "1"}] * 9, "count": 1}], "pci_requests.0.spec"),
+                ([{"spec": [{"Vendor": "8086"}], "count": 1}], "pci_requests.0.spec.0"),
+                ([{"spec": [{"x": None}], "count": 1}], "pci_requests.0.spec.0.x"),
+                ([{"spec": [{"x": ["a"]}], "count": 1}], "pci_requests.0.spec.0.x"),
+                ([{"spec": [{"x": "v" * 256}], "count": 1}], "pci_requests.0.spec.0.x"),
+                ([{"spec": [{"numa_node": 65536}], "count": 1}], "pci_requests.0.spec.0.numa_node"),
+                ([{"spec": [{"numa_node": 0.5}], "count": 1}], "pci_requests.0.spec.0.numa_node"),
+            ]
+        ],
+        (
+            "start_move",
+            {
+                "migration_uuid": UUID,
+                "instance_uuid": UUID,
+                "migration_type": "resize",
+                "source_node": UUID,
+                "dest_node": UUID,
+                "old_flavor": {"vcpus": 1, "memory_mb": 1},
+                "pci_requests": [{"alias": "nic", "count": 100}],
+            },
+            "pci_requests.0.count",
+        ),
         (
             "start_move",
             {
@@ -242,9 +285,36 @@ def test_valid_specs_and_properties_pass():
     endpoint.validate("instance_claim", claim_with(extra_specs={}, image_properties={}))
 
 
+def test_valid_pci_requests_pass():
+    endpoint.validate(
+        "instance_claim",
+        claim_with(
+            pci_requests=[
+                {"alias": "n" * 256, "count": 64, "numa_policy": "socket", "request_id": "r" * 64},
+                {
+                    "spec": [
+                        {"vendor_id": "8086", "numa_node": 65535, "trusted": True},
+                        *[{f"tag_{i}": "v" * 255 for i in range(16)}] * 7,
+                    ],
+                    "count": 1,
+                    "request_id": "port-1:a.b_c",
+                },
+                *[{"alias": "nic", "count": 1}] * 14,
+            ]
+        ),
+    )
+    endpoint.validate("instance_claim", claim_with(pci_requests=None))
+    endpoint.validate("instance_claim", claim_with(pci_requests=[]))
+
+
 def test_the_error_table_marks_exactly_the_retriable_codes():
     text = open(DOC, encoding="utf-8").read()
     table = text.split("### Error codes", 1)[1].split("\n\n", 2)[1]
     rows = re.findall(r"^\| `([a-z_.]+)`( \\\*)? \|", table, re.M)
     assert {code for code, star in rows if star} == errors.RETRIABLE
-    assert {"numa.invalid_constraint", "rpc.invalid_request"} <= {code for code, _ in rows}
+    assert {
+        "numa.invalid_constraint",
+        "rpc.invalid_request",
+        "pci.invalid_request",
+        "pci.devices_unavailable",
+    } <= {code for code, _ in rows}

@@ -192,7 +192,7 @@ def test_start_move_answers_the_cells_at_the_destination_only(served):
             extra_specs=PINNED,
         )
     )
-    assert result == {"numa": DEDICATED_2_CELLS}
+    assert result == {"numa": DEDICATED_2_CELLS, "pci_devices": []}
     move = ok(endpoint.get_instance(None, instance_uuid=incoming))["moves"][0]
     assert move["new_numa"] == DEDICATED_2_CELLS
     assert move["old_numa"] is None  # held by the source, not here
@@ -215,7 +215,7 @@ def test_start_move_answers_the_cells_at_the_destination_only(served):
             extra_specs=PINNED,
         )
     )
-    assert result == {"numa": None}
+    assert result == {"numa": None, "pci_devices": []}
     move = ok(endpoint.get_instance(None, instance_uuid=local))["moves"][0]
     assert move["old_numa"] == DEDICATED_2_CELLS
     assert move["new_numa"] is None

@@ -129,6 +129,7 @@ def test_get_instance_reads_back_claims_moves_and_releases(served, client):
             "vm_state": "active",
             "task_state": None,
             "numa": None,
+            "pci_devices": [],
         },
         "pending": False,
         "released": False,

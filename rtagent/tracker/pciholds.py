@@ -1,0 +1,69 @@
+"""Which PCI devices a node's claims hold, and the choice of free devices
+for a claim's PCI requests. Pure functions over a
+:class:`~rtagent.tracker.state.NodeState`.
+
+The devices are part of the claims (an instance's ``pci_devices``, a
+move's ``old_pci`` and ``new_pci``): they are written with the claim's row,
+in its one transaction, and the node's device table is rebuilt from them
+(:func:`rtagent.pci.node.with_claims`), never patched.
+"""
+
+from rtagent.pci import claim as pci_claim
+from rtagent.pci import devices as pcidevs
+from rtagent.tracker import ledger
+
+
+def holds(state):
+    """``(owner, HeldDevice, status)`` for every PCI device a claim of
+    ``state``'s node holds, sorted by owner then address, counted as NUMA
+    claims are (``NodeState.numa_held``): an instance here holds its own
+    (allocated); a same-node resize holds the old and the new devices; an
+    incoming move the new ones, an outgoing move that has left the old ones
+    (claimed: those the instance does not hold now). The owner is always
+    the instance. O(moves + instances holding devices): the instances come
+    from the carried sums."""
+    found, replaced = [], set()
+    for move in ledger.latest_migrations(state.migrations.values()).values():
+        instance = state.instances.get(move.instance_uuid)
+        if instance is not None and not move.same_node:
+            continue
+        if move.same_node:
+            replaced.add(move.instance_uuid)
+            sides = move.old_pci + move.new_pci
+        elif move.dest_node == state.node_uuid:
+            sides = move.new_pci
+        else:
+            sides = move.old_pci
+        own = frozenset(instance.pci_devices) if instance is not None else frozenset()
+        found.extend(
+            (move.instance_uuid, h, pcidevs.ALLOCATED if h in own else pcidevs.CLAIMED)
+            for h in sides
+        )
+    for uuid, held in state.sums.pci.items():
+        if uuid not in replaced:
+            found.extend((uuid, h, pcidevs.ALLOCATED) for h in held)
+    return sorted(found, key=lambda hold: (hold[0], hold[1].address))
+
+
+def any_held(moves):
+    """Whether any of ``moves`` holds PCI devices (on either side)."""
+    return any(m.old_pci or m.new_pci for m in moves)
+
+
+def ensure_fits(state, requests, numa=None):
+    """Choose the node's free PCI devices for ``requests``
+    (:class:`~rtagent.pci.pools.PciRequest` values), given every device
+    the node's claims and domains hold. For a guest with a NUMA claim
+    (``numa``), each request's NUMA policy is applied against the host
+    cells its cells were placed on; for one without, no device is
+    filtered by NUMA node.
+
+    :returns: the :class:`~rtagent.pci.claim.HeldDevice` values chosen, in
+        request order; ``()`` for no request.
+    :raises rtagent.pci.errors.DevicesUnavailable: a request cannot be met.
+    """
+    if not requests:
+        return ()
+    cells = sorted({f.host_cell for f in numa.fits}) if numa is not None else None
+    sockets = {c.id: c.cpus[0].socket_id for c in state.host.numa_cells if c.cpus}
+    return pci_claim.choose(state.pci_devices, requests, cells, sockets)
