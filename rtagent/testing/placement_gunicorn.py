@@ -50,6 +50,11 @@ class GunicornPlacement(PlacementServer):
         the workers start; they do not sync it themselves.
     :param workers: worker processes; ``threads`` per worker (1: gunicorn's
         ``sync`` workers, more: ``gthread``).
+    :param preload: the master builds the app before it listens and forks
+        its workers (uWSGI's default, gunicorn's ``--preload``): a (re)start
+        answers in about the time of one import, and refuses connections
+        until then. Without it each worker builds its own after forking and
+        the master accepts connections meanwhile (they wait).
     :param max_seconds: the master shuts down after this long (None: never).
 
     Other parameters and attributes are :class:`PlacementServer`'s; ``pid``
@@ -65,6 +70,7 @@ class GunicornPlacement(PlacementServer):
         workdir=None,
         conf_extra=None,
         request_log=False,
+        preload=False,
         max_seconds=None,
     ):
         extra = {"placement_database": {"sync_on_startup": "false"}}
@@ -73,6 +79,7 @@ class GunicornPlacement(PlacementServer):
         super().__init__(workdir=workdir, db=db, conf_extra=extra, request_log=request_log)
         self.workers = workers
         self.threads = threads
+        self.preload = preload
         self.max_seconds = max_seconds
         self.piddir = os.path.join(self.workdir, "workers")
         self._bound_port = None
@@ -181,6 +188,7 @@ class GunicornPlacement(PlacementServer):
                 "--error-logfile",
                 self.log_path,
                 "--no-control-socket",
+                *(["--preload"] if self.preload else []),
                 "placement.wsgi.api:application",
             ]
             env = dict(

@@ -24,9 +24,10 @@ def _refused(port):
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def test_workers_serve_halt_refuses_restart_same_port_stop_leaves_nothing():
+@pytest.mark.parametrize("preload", [False, True], ids=["lazy", "preload"])
+def test_workers_serve_halt_refuses_restart_same_port_stop_leaves_nothing(preload):
     require(missing_requirements(), "PostgreSQL Placement")
-    with placement_on_postgres(workers=2) as placement:
+    with placement_on_postgres(workers=2, preload=preload) as placement:
         api = placement.admin_adapter()
         master, workers = placement.pid, placement.worker_pids()
         assert len(workers) == 2
