@@ -41,17 +41,15 @@ Phases and figures (key=value lines, the last a summary):
   every node tracks its 20 instances with no drift.
 
 VOID: setup failed, a steady audit failed or the steady phase saw no
-request, no agent met the outage (nothing recovered), or a node did not
+request or lasted less than two refresh intervals, no agent met the outage (nothing recovered), or a node did not
 converge. Negative control: ``--refresh-interval 0`` (every audit reads
 Placement, as before issue 17's interval) must MISS the steady target.
 """
 
 import argparse
-import collections
 import logging
 import os
 import random
-import re
 import sys
 import tempfile
 import time
@@ -59,8 +57,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import fleet
+from benchmarks.common.load import answered, cpu_delta, kinds, latency, peak, postgres_cpu
 from benchmarks.common.verdict import run as run_benchmark
-from rtagent.testing import proc
 from rtagent.testing.placement_gunicorn import placement_on_postgres
 
 INSTANCES = 20
@@ -90,61 +88,6 @@ def parse_args(argv):
     parser.add_argument("--observe-ticks", type=int, default=3)
     parser.add_argument("--placement-workers", type=int, default=4)
     return parser.parse_args(argv)
-
-
-# -- figures -------------------------------------------------------------
-
-
-def answered(records):
-    return [r for r in records if r[4] is not None]
-
-
-def peak(records, width):
-    """Most requests in any window of ``width`` seconds."""
-    times = sorted(r[0] for r in records)
-    best, first = 0, 0
-    for last, t in enumerate(times):
-        while times[first] <= t - width:
-            first += 1
-        best = max(best, last - first + 1)
-    return best
-
-
-_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def kinds(records):
-    """What the requests were: ``METHOD path`` (UUIDs as {id}, no query)
-    with counts, most frequent first."""
-    found = collections.Counter(f"{r[2]}_{_ID.sub('{id}', r[3].split('?')[0])}" for r in records)
-    return ",".join(f"{kind}:{n}" for kind, n in found.most_common(6))
-
-
-def percentile(values, q):
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def latency(records):
-    seconds = [r[5] for r in answered(records)]
-    return (
-        f"latency_n={len(seconds)} p50_ms={1000 * percentile(seconds, 0.5):.1f} "
-        f"p99_ms={1000 * percentile(seconds, 0.99):.1f} "
-        f"max_ms={1000 * max(seconds, default=0):.1f}"
-    )
-
-
-def postgres_cpu(pg):
-    """PostgreSQL's CPU seconds: the postmaster, its live children and the
-    children it reaped."""
-    live = sum(proc.cpu_seconds(pid) for pid in proc.children(pg.pid))
-    return proc.cpu_seconds(pg.pid) + live + proc.reaped_children_cpu_seconds(pg.pid)
-
-
-def cpu_delta(before, after):
-    return sum(v - before.get(pid, 0.0) for pid, v in after.items())
 
 
 def verdict(ok):
@@ -301,16 +244,11 @@ def herd(run, k, tick, base):
 # -- main ----------------------------------------------------------------
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    scale = fleet.Scale(args.scale, args.refresh_interval)
-    tick = scale.audit_interval
-    k = args.k
+def print_header(args, scale):
     print(
-        f"fleet k={k} instances_per_agent={INSTANCES} agent_processes=1 scale={scale.factor} "
-        f"audit_interval_s={tick} (production {fleet.AUDIT_INTERVAL_S}) "
-        f"audit_jitter={fleet.AUDIT_JITTER} "
+        f"fleet k={args.k} instances_per_agent={INSTANCES} agent_processes=1 "
+        f"scale={scale.factor} audit_interval_s={scale.audit_interval} "
+        f"(production {fleet.AUDIT_INTERVAL_S}) audit_jitter={fleet.AUDIT_JITTER} "
         f"placement_refresh_interval_s={scale.refresh_interval} "
         f"(production {args.refresh_interval}) startup_delay_s={scale.startup_delay:g} "
         f"backoff_s={scale.backoff[0]:g}..{scale.backoff[1]:g} "
@@ -318,75 +256,73 @@ def main(argv=None):
         f"placement_workers={args.placement_workers} placement_db=postgresql",
         flush=True,
     )
+
+
+def setup(run, k):
+    """Build and place K agents, then start them spread over one refresh
+    interval (a fleet not restarted at once: each reads Placement when it
+    starts, so the due reads are spread; the herd phase shows what one
+    restart does); then a tick more of warm-up."""
+    placement = run["placement"]
+    api = placement.admin_adapter()  # the scheduler's writes
+    rss0, t0 = fleet.rss_mb(), time.monotonic()
+    for i in range(k):
+        agent = fleet.FleetAgent(i, run["root"], run["scale"], run["recorder"], placement.endpoint)
+        run["agents"].append(agent)
+        agent.build()
+        agent.place(api)
+    rss1 = fleet.rss_mb()
+    print(
+        f"setup k={k} seconds={time.monotonic() - t0:.1f} "
+        f"rss_mb={rss1:.0f} rss_mb_per_agent={(rss1 - rss0) / k:.2f}",
+        flush=True,
+    )
+    tick = run["scale"].audit_interval
+    spread = max(run["scale"].refresh_interval, tick)
+    for agent in run["agents"]:
+        agent.agent.invalidate_placement_cache()
+        agent.start(delay=random.uniform(0, spread))
+    time.sleep(spread + tick)
+
+
+def phases(run, k):
+    """Every phase in turn: (figures, missed, void)."""
+    tick = run["scale"].audit_interval
     missed, void = [], []
-    with tempfile.TemporaryDirectory(prefix="rtagent-fleet-") as root:
-        with placement_on_postgres(
-            workers=args.placement_workers, preload=True, max_seconds=3600
-        ) as placement:
-            recorder = fleet.Recorder()
-            api = placement.admin_adapter()
-            agents = []
-            run = {
-                "args": args,
-                "scale": scale,
-                "placement": placement,
-                "recorder": recorder,
-                "agents": agents,
-                "start_s": placement.timings["start"],
-            }
-            try:
-                rss0, t0 = fleet.rss_mb(), time.monotonic()
-                for i in range(k):
-                    agent = fleet.FleetAgent(i, root, scale, recorder, placement.endpoint)
-                    agents.append(agent)
-                    agent.build()
-                    agent.place(api)
-                rss1 = fleet.rss_mb()
-                print(
-                    f"setup k={k} seconds={time.monotonic() - t0:.1f} "
-                    f"rss_mb={rss1:.0f} rss_mb_per_agent={(rss1 - rss0) / k:.2f}",
-                    flush=True,
-                )
-                # A fleet whose agents started at different times: each
-                # starts at a random time within one refresh interval and
-                # reads Placement then, so the due reads are spread as in a
-                # fleet that was not restarted at once (the herd phase shows
-                # what one restart does). Then a tick more of warm-up.
-                spread = max(scale.refresh_interval, tick)
-                for agent in agents:
-                    agent.agent.invalidate_placement_cache()
-                    agent.start(delay=random.uniform(0, spread))
-                time.sleep(spread + tick)
-                base = steady(run, k, tick)
-                if base["audit_failures"] or base["failed"]:
-                    void.append("steady_audits_failed")
-                if not base["requests"]:
-                    void.append("steady_saw_no_request")
-                missed += [] if base["rate"] <= MAX_STEADY_REQUESTS_PER_AGENT_TICK else ["steady"]
-                missed += [] if base["writes"] == 0 else ["steady_writes"]
-                out = outage(run, k, tick, base)
-                if not out["met"]:
-                    void.append("no_agent_met_the_outage")
-                if out["ticks"] is None or out["ticks"] > MAX_RECOVERY_TICKS:
-                    missed.append("recovery_in_sync")
-                if out["ratio"] > MAX_BURST_RATIO:
-                    missed.append("recovery_burst")
-                hd = herd(run, k, tick, base)
-                if hd["ratio"] > MAX_BURST_RATIO:
-                    missed.append("herd_burst")
-                print(f"memory k={k} rss_mb={fleet.rss_mb():.0f}", flush=True)
-                converged, tracked, drift = fleet_check(agents)
-                print(
-                    f"check k={k} converged={converged}/{k} instances_tracked={tracked} "
-                    f"drift={drift}"
-                )
-                if converged < k or tracked != k * INSTANCES or drift:
-                    void.append("not_converged")
-            finally:
-                for agent in agents:
-                    if agent.agent is not None:
-                        agent.stop(final_audit=False)
-    verdict_word = "VOID" if void else "MISS" if missed else "PASS"
+    base = steady(run, k, tick)
+    if base["audit_failures"] or base["failed"]:
+        void.append("steady_audits_failed")
+    if not base["requests"]:
+        void.append("steady_saw_no_request")
+    if run["args"].steady_ticks * tick < 2 * run["scale"].refresh_interval:
+        # Each agent reads once per interval: a shorter window counts
+        # where the agents' phases happen to fall, not a rate.
+        void.append("steady_window_under_2_refresh_intervals")
+    if base["rate"] > MAX_STEADY_REQUESTS_PER_AGENT_TICK:
+        missed.append("steady")
+    if base["writes"]:
+        missed.append("steady_writes")
+    out = outage(run, k, tick, base)
+    if not out["met"]:
+        void.append("no_agent_met_the_outage")
+    if out["ticks"] is None or out["ticks"] > MAX_RECOVERY_TICKS:
+        missed.append("recovery_in_sync")
+    if out["ratio"] > MAX_BURST_RATIO:
+        missed.append("recovery_burst")
+    hd = herd(run, k, tick, base)
+    if hd["ratio"] > MAX_BURST_RATIO:
+        missed.append("herd_burst")
+    print(f"memory k={k} rss_mb={fleet.rss_mb():.0f}", flush=True)
+    converged, tracked, drift = fleet_check(run["agents"])
+    print(f"check k={k} converged={converged}/{k} instances_tracked={tracked} drift={drift}")
+    if converged < k or tracked != k * INSTANCES or drift:
+        void.append("not_converged")
+    return {"steady": base, "recovery": out, "herd": hd}, missed, void
+
+
+def print_summary(k, figures, missed, void):
+    base, out, hd = figures["steady"], figures["recovery"], figures["herd"]
+    word = "VOID" if void else "MISS" if missed else "PASS"
     recovery = "never" if out["ticks"] is None else f"{out['ticks']:.2f}"
     print(
         f"summary k={k} steady_requests_per_agent_tick={base['rate']:.3f} "
@@ -396,9 +332,39 @@ def main(argv=None):
         f"recovery_burst_ratio={out['ratio']:.2f} (target <= {MAX_BURST_RATIO:g}) "
         f"herd_burst_ratio={hd['ratio']:.2f} (target <= {MAX_BURST_RATIO:g}) "
         f"nova_requests_per_agent_tick={NOVA_REQUESTS_PER_TICK:g} (computed) "
-        f"missed={','.join(missed) or 'none'} void={','.join(void) or 'none'} {verdict_word}"
+        f"missed={','.join(missed) or 'none'} void={','.join(void) or 'none'} {word}"
     )
-    return 0 if verdict_word == "PASS" else 1
+    return word
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    scale = fleet.Scale(args.scale, args.refresh_interval)
+    print_header(args, scale)
+    with tempfile.TemporaryDirectory(prefix="rtagent-fleet-") as root:
+        with placement_on_postgres(
+            workers=args.placement_workers, preload=True, max_seconds=3600
+        ) as placement:
+            run = {
+                "args": args,
+                "root": root,
+                "scale": scale,
+                "placement": placement,
+                "recorder": fleet.Recorder(),
+                "agents": [],
+                # How long a (re)start takes to answer: the outage's
+                # restart begins that much before its end.
+                "start_s": placement.timings["start"],
+            }
+            try:
+                setup(run, args.k)
+                figures, missed, void = phases(run, args.k)
+            finally:
+                for agent in run["agents"]:
+                    if agent.agent is not None:
+                        agent.stop(final_audit=False)
+    return 0 if print_summary(args.k, figures, missed, void) == "PASS" else 1
 
 
 def fleet_check(agents):

@@ -1,9 +1,9 @@
-"""The pure figures of benchmarks/fleet.py: the busiest window, request
+"""The pure figures of benchmarks/fleet.py (benchmarks/common/load.py): the busiest window, request
 kinds, percentiles (records are (time, agent, method, url, status, s))."""
 
 import pytest
 
-from benchmarks import fleet
+from benchmarks.common import load
 
 RP = "5f0c6b84-6a0e-4a51-9c55-2d5a3b0e8d11"
 
@@ -23,7 +23,7 @@ def rec(t, method="GET", url="/resource_providers?in_tree=" + RP, status=200, se
     ],
 )
 def test_peak_is_the_busiest_window(times, width, want):
-    assert fleet.peak([rec(t) for t in times], width) == want
+    assert load.peak([rec(t) for t in times], width) == want
 
 
 def test_kinds_name_paths_without_ids_or_queries():
@@ -33,7 +33,7 @@ def test_kinds_name_paths_without_ids_or_queries():
         rec(2, url=f"/resource_providers/{RP}/inventories"),
         rec(3, method="PUT", url=f"/resource_providers/{RP}/traits"),
     ]
-    assert fleet.kinds(records) == (
+    assert load.kinds(records) == (
         "GET_/resource_providers:2,"
         "GET_/resource_providers/{id}/inventories:1,"
         "PUT_/resource_providers/{id}/traits:1"
@@ -41,14 +41,14 @@ def test_kinds_name_paths_without_ids_or_queries():
 
 
 def test_answered_leaves_out_requests_that_got_no_answer():
-    assert fleet.answered([rec(0), rec(1, status=None), rec(2, status=409)]) == [
+    assert load.answered([rec(0), rec(1, status=None), rec(2, status=409)]) == [
         rec(0),
         rec(2, status=409),
     ]
 
 
 def test_percentile():
-    assert fleet.percentile([], 0.99) == 0.0
+    assert load.percentile([], 0.99) == 0.0
     values = list(range(1, 101))
-    assert fleet.percentile(values, 0.5) == 51
-    assert fleet.percentile(values, 0.99) == 100
+    assert load.percentile(values, 0.5) == 51
+    assert load.percentile(values, 0.99) == 100
