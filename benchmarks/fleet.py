@@ -40,10 +40,11 @@ Phases and figures (key=value lines, the last a summary):
 - ``check``: every agent's plan against Placement is empty (converged),
   every node tracks its 20 instances with no drift.
 
-VOID: setup failed, a steady audit failed or the steady phase saw no
-request or lasted less than two refresh intervals, no agent met the outage (nothing recovered), or a node did not
-converge. Negative control: ``--refresh-interval 0`` (every audit reads
-Placement, as before issue 17's interval) must MISS the steady target.
+VOID: setup failed; a steady audit failed, or the steady phase saw no
+request or lasted less than two refresh intervals; no agent met the
+outage (nothing recovered); or a node did not converge. Negative control:
+``--refresh-interval 0`` (every audit reads Placement, as before issue
+17's interval) must MISS the steady target.
 """
 
 import argparse
