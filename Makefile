@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 NOVA_VENV ?= .venv-nova
 
-.PHONY: all venv nova-venv demo test test-nova unit functional lint format genconfig check-genconfig bench clean
+.PHONY: all venv nova-venv demo test test-nova unit functional lint format genconfig check-genconfig bench bench-fleet clean
 
 all: test
 
@@ -53,15 +53,24 @@ check-genconfig: venv
 	    --config-file etc/rtagent/rtagent-config-generator.conf --output-file $$tmp && \
 	diff -u etc/rtagent/rtagent.conf.sample $$tmp && echo "sample config is current"
 
-# Runs every benchmarks/*.py; each prints key=value lines, the last a summary,
-# and exits non-zero on a miss or a void measurement. All run; the target
-# fails if any did, and names them.
+# Runs every benchmarks/*.py but fleet.py; each prints key=value lines, the
+# last a summary, and exits non-zero on a miss or a void measurement. All
+# run; the target fails if any did, and names them.
 bench: venv
 	@failed=""; for script in benchmarks/*.py; do \
 	    [ -e "$$script" ] || continue; \
+	    [ "$$script" = benchmarks/fleet.py ] && continue; \
 	    echo "== $$script"; $(PY) "$$script" || failed="$$failed $$script"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "bench: MISS or VOID in:$$failed"; exit 1; fi
+
+# K agents on one Placement (gunicorn workers over PostgreSQL): steady load,
+# an outage, a herd restart (benchmarks/README.md). Minutes, not in CI nor in
+# `make bench`: make bench-fleet K=200 FLEET_ARGS="--refresh-interval 0".
+K ?= 50
+FLEET_ARGS ?=
+bench-fleet: venv
+	$(PY) benchmarks/fleet.py --k $(K) $(FLEET_ARGS)
 
 clean:
 	rm -rf $(VENV) $(NOVA_VENV) .nova-tests .pytest_cache .ruff_cache *.egg-info

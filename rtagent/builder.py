@@ -91,12 +91,14 @@ def placement_adapter(conf):
     )
 
 
-def libvirt_driver(conf, observer=None, on_change=None):
+def libvirt_driver(conf, observer=None, on_change=None, opener=None):
     """The configured :class:`LibvirtDriver`; ``observer`` is a
     :class:`rtagent.virt.libvirt.calls.CallObserver` told of every libvirt
     call (tests check none is made under a tracker lock), or None;
     ``on_change`` is called (from libvirt's event thread) when a lifecycle
-    or device event asks for an early audit."""
+    or device event asks for an early audit; ``opener`` (uri -> virConnect)
+    replaces ``libvirt.open`` (benchmarks give each test-driver host its own
+    hostname)."""
     # Imported here so that tools which never touch the hypervisor (the
     # config generator, unit tests of the core) do not need libvirt.
     from rtagent.virt.libvirt.driver import LibvirtDriver
@@ -113,6 +115,7 @@ def libvirt_driver(conf, observer=None, on_change=None):
         events=True,
         on_change=on_change,
         observer=observer,
+        opener=opener,
     )
 
 

@@ -10,7 +10,9 @@ It runs the Debian packages' binaries (``/usr/lib/postgresql/15/bin``,
 installed by ``tools/setup-postgres.sh``) as the ``postgres`` user over a
 fresh data directory with trust authentication, listening on 127.0.0.1 and a
 free port only. It is stopped by its own PID (``pg_ctl stop``, then SIGKILL of
-the postmaster if needed) and its directory is removed.
+the postmaster if needed) and its directory is removed. A watcher process
+does the same if the process that started it dies without stopping it, so a
+killed test run or benchmark leaves no server behind.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -28,6 +31,26 @@ BIN_DIR = "/usr/lib/postgresql/15/bin"
 USER = "postgres"
 START_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 15
+
+# Run by a child of the starter: once the starter is gone, stop the server
+# (immediate mode: nothing in it is worth keeping) and remove its files.
+_WATCHER = """
+import os, shutil, signal, subprocess, sys, time
+parent, pid, data, workdir, pg_ctl = int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:]
+while os.getppid() == parent:
+    time.sleep(1)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        sys.exit(0)
+subprocess.run(["runuser", "-u", "postgres", "--", pg_ctl, "-D", data, "-m", "immediate",
+                "-w", "-t", "15", "stop"], capture_output=True, timeout=30, check=False)
+try:
+    os.kill(pid, signal.SIGKILL)
+except ProcessLookupError:
+    pass
+shutil.rmtree(workdir, ignore_errors=True)
+"""
 
 
 class PostgresError(RuntimeError):
@@ -67,6 +90,7 @@ class Postgres:
         self.pid = None
         self.log_path = None
         self._data = None
+        self._watcher = None
 
     def __enter__(self) -> Postgres:
         self.start()
@@ -113,6 +137,22 @@ class Postgres:
             )
             with open(os.path.join(self._data, "postmaster.pid"), encoding="ascii") as f:
                 self.pid = int(f.readline())
+            self._watcher = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    _WATCHER,
+                    str(os.getpid()),
+                    str(self.pid),
+                    self._data,
+                    self.workdir,
+                    os.path.join(BIN_DIR, "pg_ctl"),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except BaseException:
             self.stop()
             raise
@@ -134,6 +174,10 @@ class Postgres:
 
     def stop(self):
         """Stop the server started here (by its PID) and remove its files."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.kill()
+            watcher.wait()
         if self.pid is not None:
             try:
                 self._as_postgres(
