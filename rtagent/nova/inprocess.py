@@ -49,6 +49,13 @@ def agent_conf(nova_conf, host, state_path):
             conf.set_override(name, value)
     conf.set_override("count_untracked_domains", False, group="rtagent")
     conf.set_override("reserve_untracked_usage", False, group="rtagent")
+    # Placement is read at every periodic audit nova-compute runs. nova's
+    # report client caches for [compute] resource_provider_association_refresh
+    # but drops its cache on SIGHUP (ComputeManager.reset), which nova's
+    # tests and operators use to have an out-of-band change in Placement
+    # (a trait an admin added or removed) reconciled at the next periodic;
+    # the embedded agent has no such hook yet, so it does not cache.
+    conf.set_override("placement_refresh_interval", 0, group="rtagent")
     conf.set_override("reserved_huge_pages", numa.reserved_huge_pages(nova_conf))
     location = nova_conf.compute.provider_config_location
     conf.set_override("provider_config_location", location, group="compute")
