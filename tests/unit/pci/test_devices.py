@@ -14,30 +14,14 @@ from hypothesis import strategies as st
 
 from rtagent.pci import devices, errors, model
 from rtagent.pci.devices import ALLOCATED, AVAILABLE, CLAIMED, UNAVAILABLE, UNCLAIMABLE
+from tests.unit.pci.hosts import GPU, PF1, PF2, VF1A, VF1B, VF2A, VF2B, pf, sriov_pairs, vf
 
-# A named fake host: two PFs with two VFs each (one per NUMA cell), a VF
-# whose PF matched no device spec, and a plain PCI device.
-PF1, VF1A, VF1B = "0000:81:00.0", "0000:81:02.0", "0000:81:02.1"
-PF2, VF2A, VF2B = "0000:82:00.0", "0000:82:02.0", "0000:82:02.1"
 ORPHAN = "0000:83:02.0"
-GPU = "0000:05:00.0"
 
-
-def pf(address, numa_node):
-    return model.HostDevice(address, "8086", "1572", model.TYPE_PF, numa_node)
-
-
-def vf(address, parent, numa_node):
-    return model.HostDevice(address, "8086", "154c", model.TYPE_VF, numa_node, parent)
-
-
+# The shared host (tests/unit/pci/hosts.py), a VF whose PF matched no
+# device spec, and a plain PCI device.
 SRIOV_HOST = (
-    (pf(PF1, 0), {"physical_network": "physnet1"}),
-    (vf(VF1A, PF1, 0), {"physical_network": "physnet1"}),
-    (vf(VF1B, PF1, 0), {"physical_network": "physnet1"}),
-    (pf(PF2, 1), {"physical_network": "physnet2"}),
-    (vf(VF2A, PF2, 1), {"physical_network": "physnet2"}),
-    (vf(VF2B, PF2, 1), {"physical_network": "physnet2"}),
+    *sriov_pairs(),
     (vf(ORPHAN, "0000:83:00.0", 1), {}),
     (model.HostDevice(GPU, "10de", "1db4"), {"resource_class": "CUSTOM_GPU"}),
 )
