@@ -19,7 +19,7 @@ unknown" to the report and "dead" to the healer.
 import logging
 import time
 
-from rtagent.placement import allocations
+from rtagent.placement import allocations, pinned
 from rtagent.placement import errors as placement_errors
 
 LOG = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class NodePublisher:
         )
         self._report = allocations.ConsumerReport()
         self._index = allocations.AllocationIndex(client) if client is not None else None
+        self._pinned = pinned.PinnedAllocations(client) if client is not None else None
         # Candidates found unknown at the last check, and the root generation
         # that check saw: the check runs again only when it moves.
         self._candidates = {}
@@ -77,6 +78,7 @@ class NodePublisher:
             tracker.set_placement_ratios(self.sync.placement_ratios(self.node_uuid))
             self._heal(tracker, outcome.tree)
             self._check_unknown(tracker)
+            self._check_pinned(tracker)
         except placement_errors.PlacementError as exc:
             self.backoff.record_failure(exc)
             raise
@@ -119,6 +121,13 @@ class NodePublisher:
         previous, self._candidates = self._candidates, found
         self._checked_generation = root.generation
         self._report.update({c: a for c, a in found.items() if c in previous})
+
+    def _check_pinned(self, tracker):
+        """Move the pinned vCPUs of claimed instances whose allocation
+        still counts them as VCPU (nova's legacy pinning) to PCPU; each
+        pinned instance is looked at once (see :mod:`.placement.pinned`)."""
+        if self._pinned is not None and self.sync.view.get(self.node_uuid) is not None:
+            self._pinned.check(self.node_uuid, tracker.snapshot().instances)
 
     def find_unknown(self, tracker, full=False):
         """Allocations on our providers of consumers the node does not know
