@@ -197,6 +197,13 @@ def _numa_lines(numa):
     for consumer, cpus in numa["lost_cpus"].items():
         listed = ",".join(str(c) for c in cpus)
         lines.append(f"  NUMA: {consumer} keeps CPU(s) {listed}, no longer dedicated CPUs")
+    # Absent from an agent older than this field.
+    for domain, cpus in numa.get("unclaimed_cpus", {}).items():
+        listed = ",".join(str(c) for c in cpus)
+        lines.append(
+            f"  NUMA: domain {domain} is pinned to dedicated CPU(s) {listed} that no claim "
+            "keeps; no claim gets them"
+        )
     return lines
 
 

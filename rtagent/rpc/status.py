@@ -135,4 +135,5 @@ def _numa(snapshot):
             for cell in snapshot.numa_cells
         ],
         "lost_cpus": {consumer: list(cpus) for consumer, cpus in snapshot.numa_lost.items()},
+        "unclaimed_cpus": {uuid: list(cpus) for uuid, cpus in snapshot.numa_unclaimed.items()},
     }

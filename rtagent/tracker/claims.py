@@ -60,7 +60,8 @@ def claim_instance(
         instance_uuid=instance.uuid,
         assigned_request=assigned_request,
     )
-    numa = ensure_numa_fits(state, ctx, guest, instance_uuid=instance.uuid)
+    # A guest already running pinned (claimed after the fact) keeps its CPUs.
+    numa = ensure_numa_fits(state, ctx, guest, instance_uuid=instance.uuid, own_domain=True)
     pci = ensure_pci_fits(state, pci_requests, numa)
     return state.with_instance(
         instance.replace(assigned=frozen_map(chosen), numa=numa, pci_devices=pci)

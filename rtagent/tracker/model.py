@@ -292,6 +292,9 @@ class NodeSnapshot:
     :param numa_claims: ``((consumer, NumaClaim), ...)``: every NUMA claim
         the node holds (instances, and moves as they count here), sorted by
         consumer; ``numa_cells`` add up exactly these.
+    :param numa_unclaimed: domain UUID -> the dedicated CPUs (sorted) it is
+        pinned to that no claim of its own keeps: never pinned by another
+        claim (see :mod:`rtagent.numa.domains`).
     :param pci_devices: the :class:`~rtagent.pci.devices.DeviceTable` of the
         node's tracked PCI devices (those ``[pci] device_spec`` matches),
         devices held by a domain without a claim marked allocated to it.
@@ -324,6 +327,9 @@ class NodeSnapshot:
     numa_cells: tuple = ()
     numa_lost: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     numa_claims: tuple = ()
+    numa_unclaimed: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: frozen_map({})
+    )
     pci_devices: pcidevs.DeviceTable = dataclasses.field(default_factory=pcidevs.make_table)
     pci_held: tuple = ()
 

@@ -17,6 +17,7 @@ import json
 import types
 
 from rtagent.numa import claim as numa_claim
+from rtagent.numa import domains as numa_domains
 from rtagent.numa import model as numa_model
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import node as pci_node
@@ -81,6 +82,10 @@ class NodeState:
         against (derived from host, policy and Placement's ratios).
     :param numa_cells: the host's NUMA cells as claims see them before any
         usage (derived from host and policy, see :mod:`rtagent.numa.claim`).
+    :param numa_pins: domain UUID -> the dedicated CPUs that domain is
+        pinned to (its ``<cputune>``), for every domain on the host pinned
+        to any (derived from host and numa_cells, see
+        :mod:`rtagent.numa.domains`).
     :param pci: the parsed ``[pci]`` options (a
         :class:`rtagent.conf.pci.PciConfig`), or None for none.
     :param pci_found: the :class:`~rtagent.pci.node.Discovered` devices of
@@ -120,6 +125,7 @@ class NodeState:
     policy: ledger.ResourcePolicy = dataclasses.field(default_factory=ledger.ResourcePolicy)
     inventories: types.MappingProxyType = dataclasses.field(default_factory=_empty)
     numa_cells: tuple = ()
+    numa_pins: types.MappingProxyType = dataclasses.field(default_factory=_empty)
     pci: object = None
     pci_found: pci_node.Discovered = _NO_PCI_FOUND
     pci_devices: pcidevs.DeviceTable = _NO_PCI_DEVICES
@@ -209,20 +215,48 @@ class NodeState:
         state = dataclasses.replace(self, **fields)
         if state.host is None:
             return state
+        cells = numa_claim.host_cells(
+            state.host.numa_cells,
+            state.host.cpu_shared_set,
+            state.host.cpu_dedicated_set,
+            state.policy.reserved_huge_pages,
+            state.host.online_cpus,
+        )
         return dataclasses.replace(
             state,
             **self._pci_fields(state),
             inventories=frozen_map(
                 ledger.inventories(state.host, state.policy, state.placement_ratios)
             ),
-            numa_cells=numa_claim.host_cells(
-                state.host.numa_cells,
-                state.host.cpu_shared_set,
-                state.host.cpu_dedicated_set,
-                state.policy.reserved_huge_pages,
-                state.host.online_cpus,
-            ),
+            numa_cells=cells,
+            numa_pins=self._numa_pins(state.host, cells),
         )
+
+    def _numa_pins(self, host, cells):
+        """See ``numa_pins``; this state's when the domains and cells are
+        the very same (the driver reuses its domain tuple while nothing
+        changed, so a steady reading does not look at every domain)."""
+        if self.host is not None and self.host.domains is host.domains and self.numa_cells == cells:
+            return self.numa_pins
+        return frozen_map(numa_domains.pinned_dedicated(host.domains, cells))
+
+    def numa_kept(self, instance_uuid):
+        """The host CPUs the claims of ``instance_uuid`` keep on this node:
+        its own and its moves' (O(moves))."""
+        kept = set()
+        instance = self.instances.get(instance_uuid)
+        if instance is not None and instance.numa is not None:
+            kept |= instance.numa.pinned
+        for move in self.migrations_of(instance_uuid):
+            for claim in (move.old_numa, move.new_numa):
+                if claim is not None:
+                    kept |= claim.pinned
+        return frozenset(kept)
+
+    def numa_unclaimed(self):
+        """{domain UUID: dedicated CPUs it is pinned to that no claim of
+        its own keeps} (see :mod:`rtagent.numa.domains`; O(pinned domains))."""
+        return numa_domains.unclaimed(self.numa_pins, self.numa_kept)
 
     def _pci_fields(self, state):
         """``state``'s PCI devices and drift; those of ``self`` when their
@@ -476,11 +510,15 @@ def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_reques
     return assigned.pick_from(ctx.offered, state.ids_in_use(), assigned_request, instance_uuid)
 
 
-def ensure_numa_fits(state, ctx, guest, *, instance_uuid):
+def ensure_numa_fits(state, ctx, guest, *, instance_uuid, own_domain=False):
     """Place ``guest`` (a :class:`~rtagent.numa.constraints.GuestTopology`,
     or None) on the node's NUMA cells, given every NUMA claim the node
     holds; shared vCPUs and memory overcommit by the node's VCPU and
-    MEMORY_MB ratios, pinned CPUs and pages never.
+    MEMORY_MB ratios, pinned CPUs and pages never. Dedicated CPUs that
+    other domains are pinned to without a claim keeping them are never
+    pinned; with ``own_domain``, an instance whose domain already runs
+    pinned may keep only the dedicated CPUs it is pinned to
+    (:mod:`rtagent.numa.domains`).
 
     :returns: a :class:`~rtagent.numa.claim.NumaClaim`, or None for no
         topology.
@@ -492,7 +530,10 @@ def ensure_numa_fits(state, ctx, guest, *, instance_uuid):
         raise errors.ComputeResourcesUnavailable(
             instance_uuid, ["NUMA: the guest asks for a NUMA topology; the host reports no cells"]
         )
-    cells = state.numa_usage()
+    own = state.numa_pins.get(instance_uuid) if own_domain else None
+    cells = numa_domains.for_claim(
+        state.numa_usage(), state.numa_unclaimed(), instance_uuid, own=own
+    )
     limits = numa_model.Limits(
         cpu_allocation_ratio=_ratio(ctx.inventories, VCPU),
         ram_allocation_ratio=_ratio(ctx.inventories, MEMORY_MB),
@@ -502,10 +543,18 @@ def ensure_numa_fits(state, ctx, guest, *, instance_uuid):
         guest.cells, cells, limits, emulator_isolate=isolate, pack=state.policy.numa_pack
     )
     if placed is None:
-        raise errors.ComputeResourcesUnavailable(
-            instance_uuid, [numa_claim.refusal(guest.cells, cells, isolate)]
-        )
+        reason = numa_claim.refusal(guest.cells, cells, isolate)
+        if own is not None:
+            reason += (
+                f"; its domain runs pinned to dedicated CPU(s) {_cpu_list(own)}, "
+                "the only ones its claim may keep"
+            )
+        raise errors.ComputeResourcesUnavailable(instance_uuid, [reason])
     return placed
+
+
+def _cpu_list(cpus):
+    return ",".join(str(c) for c in sorted(cpus))
 
 
 def _ratio(inventories, rc):
@@ -553,4 +602,5 @@ def _numa_fields(state):
         "numa_cells": state.numa_usage(),
         "numa_lost": frozen_map(numa_claim.lost_cpus(state.numa_cells, held)),
         "numa_claims": tuple(sorted(held, key=lambda pair: pair[0])),
+        "numa_unclaimed": frozen_map(state.numa_unclaimed()),
     }

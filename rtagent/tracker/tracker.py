@@ -88,6 +88,7 @@ class Tracker:
         # accounting does not. Replaced whole, read by reference.
         self._host_metrics = ()
         self._lost_cpus = {}  # the NUMA claims' lost CPUs last warned about
+        self._unclaimed_cpus = {}  # domains' unclaimed pinned CPUs, ditto
         # The PCI devices tracked and held without a claim, last logged
         # (None before the first audit).
         self._pci_logged = None
@@ -185,6 +186,7 @@ class Tracker:
             for message in drift.restart_report(snap, self._count_untracked):
                 LOG.warning("Node %s: %s", snap.node_uuid, message)
         self._report_lost_cpus(snap)
+        self._report_unclaimed_cpus(snap)
         self._report_pci(snap)
         return snap
 
@@ -204,6 +206,24 @@ class Tracker:
                 consumer,
                 ",".join(str(c) for c in cpus),
             )
+
+    def _report_unclaimed_cpus(self, snap):
+        """Warn when the dedicated CPUs domains are pinned to without a
+        claim keeping them change (once per change, not per audit)."""
+        unclaimed = dict(snap.numa_unclaimed)
+        if unclaimed == self._unclaimed_cpus:
+            return
+        old, self._unclaimed_cpus = self._unclaimed_cpus, unclaimed
+        for domain, cpus in sorted(unclaimed.items()):
+            if old.get(domain) != cpus:
+                LOG.warning(
+                    "Node %s: domain %s is pinned to dedicated CPU(s) %s that no claim of "
+                    "its own keeps (a guest pinned before its claim, or one without a "
+                    "claim); no other claim gets them while it stays pinned there",
+                    snap.node_uuid,
+                    domain,
+                    ",".join(str(c) for c in cpus),
+                )
 
     def _report_pci(self, snap):
         """Log the tracked PCI devices, and those a domain holds without a

@@ -44,6 +44,8 @@ class DomainInfo:
     :param local_disks: the domain's disks under the instances path, as
         ``(path, capacity bytes, physical bytes)``; ``()`` when the driver
         reports no block stats (the test driver).
+    :param pinned_cpus: the host CPUs its vCPUs and emulator threads are
+        pinned to (``<cputune>``), empty when it pins nothing.
     """
 
     uuid: str
@@ -53,6 +55,7 @@ class DomainInfo:
     memory_mb: int
     local_disks: tuple = ()
     host_devices: tuple = ()
+    pinned_cpus: frozenset = frozenset()
 
     @property
     def state_name(self):

@@ -476,5 +476,9 @@ def test_status_names_who_keeps_each_dedicated_cpu(opened):
         assert f"CPU {cpu}: {uid}" in text
     # The host now reports no cells: the claim's CPUs are reported, not freed.
     gone = node_status(opened(host=HOST).snapshot(), now=0)["numa"]
-    assert gone == {"cells": [], "lost_cpus": {uid: sorted(claim.numa.pinned)}}
+    assert gone == {
+        "cells": [],
+        "lost_cpus": {uid: sorted(claim.numa.pinned)},
+        "unclaimed_cpus": {},
+    }
     assert "no longer dedicated CPUs" in render({"host": "h", "nodes": [{**node, "numa": gone}]})

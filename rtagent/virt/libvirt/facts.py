@@ -17,7 +17,7 @@ import libvirt
 
 from rtagent.virt import errors
 from rtagent.virt.libvirt import connection
-from rtagent.virt.libvirt.probes import capabilities, domains, hostdevs, xmlutil
+from rtagent.virt.libvirt.probes import capabilities, cputune, domains, hostdevs, xmlutil
 
 LOG = logging.getLogger(__name__)
 
@@ -160,9 +160,10 @@ def gather(
         while the connection it was read on is still the open one.
     :param info_cache: dict ``uuid -> (state, dom.info())`` kept by the
         caller across readings, for drivers without vCPU/balloon stats.
-    :param hostdev_cache: dict ``uuid -> host devices`` kept by the caller
-        across readings and emptied on domain events: a domain's XML is
-        read once when it appears, not on every audit. None: not read.
+    :param hostdev_cache: dict ``uuid -> (host devices, pinned CPUs)`` kept
+        by the caller across readings and emptied on domain events: a
+        domain's XML is read once when it appears, not on every audit.
+        None: not read.
     :param cpu_stats: also read the node's CPU stats (one call, for host
         metrics); their failure never fails the reading.
     :param node_device_cache: a :class:`NodeDeviceCache` kept by the caller:
@@ -279,6 +280,10 @@ def _static(calls, conn, caps):
     return StaticFacts(calls.opens, lib_version or 0, domcaps, expanded, vtype)
 
 
+# What a domain's XML gives when it is not read: no host devices, no pins.
+_NOTHING_FROM_XML = ((), frozenset())
+
+
 def _domain_records(calls, stats, info_cache, hostdev_cache=None):
     records = []
     seen = set()
@@ -309,16 +314,19 @@ def _domain_records(calls, stats, info_cache, hostdev_cache=None):
                     continue
                 if info_cache is not None and state is not None:
                     info_cache[uuid] = (state, info)
-        devices = ()
+        from_xml = _NOTHING_FROM_XML
         if cached_devices is not None:
-            devices = cached_devices(uuid)
-            if devices is None:
+            from_xml = cached_devices(uuid)
+            if from_xml is None:
                 xml = calls(f"XML of domain {uuid}", dom.XMLDesc, 0, tolerate=connection.NO_DOMAIN)
                 if xml is None:
                     continue  # undefined meanwhile
-                devices = hostdev_cache[uuid] = hostdevs.host_devices(xml)
+                from_xml = hostdev_cache[uuid] = (
+                    hostdevs.host_devices(xml),
+                    cputune.pinned_cpus(xml),
+                )
         see(uuid)
-        append((uuid, name, dom_stats, info, devices))
+        append((uuid, name, dom_stats, info, *from_xml))
     for cache in (info_cache, hostdev_cache):
         if cache is not None:
             for gone in set(cache) - seen:

@@ -117,7 +117,8 @@ def domains(records, cache=None):
     """Build the host's domain list.
 
     :param records: iterable of ``(uuid, name, stats, info)`` as taken by
-        :func:`domain`, optionally followed by the domain's host devices.
+        :func:`domain`, optionally followed by the domain's host devices and
+        the host CPUs it is pinned to.
     :param cache: a dict (best a :class:`DomainCache`) kept by the caller
         across readings: a domain whose record is unchanged reuses the
         DomainInfo built last time (at steady state that is every domain,
@@ -141,6 +142,8 @@ def domains(records, cache=None):
         dom = domain(*record[:4])
         if len(record) > 4 and record[4]:
             dom = dataclasses.replace(dom, host_devices=tuple(record[4]))
+        if len(record) > 5 and record[5]:
+            dom = dataclasses.replace(dom, pinned_cpus=frozenset(record[5]))
         current[uuid] = (record, dom)
     ordered = getattr(cache, "ordered", None)
     # Every domain found unchanged, and as many as last time: the same set,
