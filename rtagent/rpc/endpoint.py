@@ -244,6 +244,7 @@ class AgentEndpoint:
             "extra_specs": a.get("extra_specs"),
             "image_properties": a.get("image_properties"),
             "pci_requests": a.get("pci_requests"),
+            "running_cpus": a.get("running_cpus"),
         }
         if "user_id" in a:
             # Standalone mode: claim, then write the allocation ourselves;

@@ -9,6 +9,7 @@ exist to refuse garbage, not to police capacity: fit is the tracker's job.
 
 import json
 
+from rtagent import cpuspec
 from rtagent.pci import pools
 from rtagent.pci import requests as pci_requests
 
@@ -172,6 +173,15 @@ PCI_REQUESTS = {
     },
 }
 
+# 1.5: the host CPUs a guest already runs pinned on (an instance claimed
+# after the fact): ids as cpu_dedicated_set takes them, no repeats.
+RUNNING_CPUS = {
+    "type": ["array", "null"],
+    "maxItems": 4096,
+    "uniqueItems": True,
+    "items": {"type": "integer", "minimum": 0, "maximum": cpuspec.MAX_CPU_ID},
+}
+
 # nova.compute.vm_states
 VM_STATES = (
     "active",
@@ -226,6 +236,8 @@ METHODS = {
             "image_properties": IMAGE_PROPERTIES,
             # 1.4: the instance's PCI devices.
             "pci_requests": PCI_REQUESTS,
+            # 1.5: the CPUs a running pinned guest keeps.
+            "running_cpus": RUNNING_CPUS,
         },
         required=("instance_uuid", "flavor"),
     ),

@@ -9,7 +9,15 @@ from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
 def claim_instance(
-    state, ctx, instance, limits=None, assigned_request=None, *, guest=None, pci_requests=()
+    state,
+    ctx,
+    instance,
+    limits=None,
+    assigned_request=None,
+    *,
+    guest=None,
+    pci_requests=(),
+    running_cpus=None,
 ):
     """``state`` with ``instance`` claimed on the node.
 
@@ -19,6 +27,9 @@ def claim_instance(
     :param pci_requests: :class:`~rtagent.pci.pools.PciRequest` values: free
         devices are chosen for them (on the guest's cells, as each
         request's NUMA policy says) and held by the instance.
+    :param running_cpus: the host CPUs the guest already runs pinned on
+        (a frozenset), or None for those its domain's ``<cputune>`` names:
+        its pinned vCPUs may keep only the dedicated ones of these.
 
     A repeated claim for the same instance, resources, cells and PCI
     requests (ids and counts) returns ``state`` unchanged (callers may
@@ -61,7 +72,9 @@ def claim_instance(
         assigned_request=assigned_request,
     )
     # A guest already running pinned (claimed after the fact) keeps its CPUs.
-    numa = ensure_numa_fits(state, ctx, guest, instance_uuid=instance.uuid, own_domain=True)
+    numa = ensure_numa_fits(
+        state, ctx, guest, instance_uuid=instance.uuid, own_domain=True, running=running_cpus
+    )
     pci = ensure_pci_fits(state, pci_requests, numa)
     return state.with_instance(
         instance.replace(assigned=frozen_map(chosen), numa=numa, pci_devices=pci)

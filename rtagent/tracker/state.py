@@ -510,7 +510,7 @@ def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_reques
     return assigned.pick_from(ctx.offered, state.ids_in_use(), assigned_request, instance_uuid)
 
 
-def ensure_numa_fits(state, ctx, guest, *, instance_uuid, own_domain=False):
+def ensure_numa_fits(state, ctx, guest, *, instance_uuid, own_domain=False, running=None):
     """Place ``guest`` (a :class:`~rtagent.numa.constraints.GuestTopology`,
     or None) on the node's NUMA cells, given every NUMA claim the node
     holds; shared vCPUs and memory overcommit by the node's VCPU and
@@ -518,7 +518,8 @@ def ensure_numa_fits(state, ctx, guest, *, instance_uuid, own_domain=False):
     other domains are pinned to without a claim keeping them are never
     pinned; with ``own_domain``, an instance whose domain already runs
     pinned may keep only the dedicated CPUs it is pinned to
-    (:mod:`rtagent.numa.domains`).
+    (:mod:`rtagent.numa.domains`), or of ``running`` (the CPUs its caller
+    says it runs on) when given.
 
     :returns: a :class:`~rtagent.numa.claim.NumaClaim`, or None for no
         topology.
@@ -530,7 +531,12 @@ def ensure_numa_fits(state, ctx, guest, *, instance_uuid, own_domain=False):
         raise errors.ComputeResourcesUnavailable(
             instance_uuid, ["NUMA: the guest asks for a NUMA topology; the host reports no cells"]
         )
-    own = state.numa_pins.get(instance_uuid) if own_domain else None
+    own = None
+    if own_domain:
+        own = state.numa_pins.get(instance_uuid) if running is None else running
+    if own is not None:
+        dedicated = frozenset().union(*(c.pcpuset for c in state.numa_cells))
+        running, own = own, own & dedicated
     cells = numa_domains.for_claim(
         state.numa_usage(), state.numa_unclaimed(), instance_uuid, own=own
     )
@@ -546,8 +552,8 @@ def ensure_numa_fits(state, ctx, guest, *, instance_uuid, own_domain=False):
         reason = numa_claim.refusal(guest.cells, cells, isolate)
         if own is not None:
             reason += (
-                f"; its domain runs pinned to dedicated CPU(s) {_cpu_list(own)}, "
-                "the only ones its claim may keep"
+                f"; the guest runs pinned to CPU(s) {_cpu_list(running)}, and only "
+                f"the dedicated ones ({_cpu_list(own) or 'none'}) may be its claim's"
             )
         raise errors.ComputeResourcesUnavailable(instance_uuid, [reason])
     return placed

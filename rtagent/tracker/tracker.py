@@ -316,6 +316,7 @@ class Tracker:
         extra_specs=None,
         image_properties=None,
         pci_requests=None,
+        running_cpus=None,
     ):
         """Claim ``flavor``'s resources for an instance; durable on return.
 
@@ -339,6 +340,11 @@ class Tracker:
             mappings, see :mod:`rtagent.pci.requests`): free devices of the
             node are chosen for them, in the same lock and write as the
             rest of the claim (``Claim.pci_devices``).
+        :param running_cpus: the host CPUs the guest already runs pinned
+            on, as its caller knows them (an instance claimed after the
+            fact): its pinned vCPUs keep exactly the dedicated ones, or the
+            claim is refused. None: the CPUs its domain on the host is
+            pinned to, if any (see :mod:`rtagent.numa.domains`).
         :raises InvalidClaimRequest: malformed UUID, flavor or limits.
         :raises InvalidConstraint: an extra spec or image property is
             invalid or conflicts with another.
@@ -359,11 +365,19 @@ class Tracker:
         checked_limits = ledger.check_limits(limits)
         pci = self._pci_requests(pci_requests, instance.uuid)
         token = next(self._tokens) if pending else None
+        running = frozenset(running_cpus) if running_cpus is not None else None
 
         def claim(state):
             ctx = fit_context(state, self._count_untracked)
             new = claims.claim_instance(
-                state, ctx, instance, checked_limits, assigned, guest=guest, pci_requests=pci
+                state,
+                ctx,
+                instance,
+                checked_limits,
+                assigned,
+                guest=guest,
+                pci_requests=pci,
+                running_cpus=running,
             )
             if new is not state and token is not None:
                 new = new.with_pending(instance.uuid, token)

@@ -102,9 +102,7 @@ def test_a_claim_that_cannot_keep_its_running_cpus_is_refused(tracker, pinned_do
     held = claim(tracker, first, 2, **PINNED).numa.pinned
     clash = pinned_domain(sorted(held))
     tracker.update_host(read_host())
-    pinned_elsewhere = (
-        f"its domain runs pinned to dedicated CPU\\(s\\) {','.join(map(str, sorted(held)))}"
-    )
+    pinned_elsewhere = f"the guest runs pinned to CPU\\(s\\) {','.join(map(str, sorted(held)))}"
     with pytest.raises(errors.ComputeResourcesUnavailable, match=pinned_elsewhere):
         claim(tracker, clash, 2, **PINNED)
     assert tracker.snapshot().instances[0].uuid == first  # nothing else changed

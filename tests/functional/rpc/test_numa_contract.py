@@ -466,3 +466,42 @@ def test_schema_valid_specs_get_a_claim_or_a_typed_refusal(make_agent, make_conf
 
     run()
     assert seen == {"pinned", "claimed", *EXPECTED}  # not vacuous
+
+
+def test_running_cpus_keep_a_running_guest_where_it_runs(served):
+    # 1.5: a guest claimed while it already runs pinned on CPU 4 keeps CPU
+    # 4, where the agent would otherwise choose CPU 2.
+    agent, endpoint = served
+    one = {"vcpus": 1, "memory_mb": 64}
+    result = ok(
+        endpoint.instance_claim(
+            None, instance_uuid=new_uuid(), flavor=one, extra_specs=PINNED, running_cpus=[4]
+        )
+    )
+    assert result["numa"][0]["pinning"] == {"0": 4}
+    # A guest running on a CPU that is not dedicated (0 is the shared set's)
+    # or on one another claim keeps cannot be claimed where it runs.
+    before = state_of(agent)
+    for cpus in ([0], [4]):
+        refused = endpoint.instance_claim(
+            None, instance_uuid=new_uuid(), flavor=one, extra_specs=PINNED, running_cpus=cpus
+        )
+        assert refused["error"]["code"] == "tracker.compute_resources_unavailable", refused
+        assert "the guest runs pinned to CPU(s)" in refused["error"]["message"]
+    assert state_of(agent) == before
+
+
+@pytest.mark.parametrize("cpus", [[-1], [2, 2], ["2"], [16384], [2.0], "2", {"2": 1}])
+def test_running_cpus_out_of_bounds_are_invalid_requests(served, cpus):
+    agent, endpoint = served
+    before = state_of(agent)
+    reply = endpoint.instance_claim(
+        None,
+        instance_uuid=new_uuid(),
+        flavor={"vcpus": 1, "memory_mb": 64},
+        extra_specs=PINNED,
+        running_cpus=cpus,
+    )
+    assert reply["error"]["code"] == "rpc.invalid_request", reply
+    assert reply["error"]["details"]["path"].startswith("running_cpus"), reply
+    assert state_of(agent) == before
