@@ -71,8 +71,11 @@ def _masked(url):
 
 def check_host(conf, timeout=HOST_TIMEOUT_S):
     """Check ``[compute] cpu_shared_set`` / ``cpu_dedicated_set`` against the
-    host's online CPUs and ``[DEFAULT] reserved_huge_pages`` against its
-    NUMA cells, as the audit would, but before anything is written.
+    host's online CPUs, ``[DEFAULT] reserved_huge_pages`` against its NUMA
+    cells, and the ``[pci] device_spec`` rules that depend on the host's
+    devices (:func:`rtagent.pci.spec.check_host`: a ``remote_managed``
+    spec's devname, a PF it would match, a one-time-use VF), as the audit
+    would, but before anything is written.
 
     The host comes from libvirt (a read-only connection, closed at once),
     the source the audit uses; the test driver's host is not the machine's.
@@ -86,7 +89,12 @@ def check_host(conf, timeout=HOST_TIMEOUT_S):
         names a cell, page size or more pages than the host has (a
         malformed one is :func:`rtagent.conf.validation.validate`'s to
         report: it is left out here, so ``check-config`` says it once).
+    :raises rtagent.pci.errors.InvalidDeviceSpec: a device spec breaks a
+        rule against the host's devices; its message names the entry.
     """
+    from rtagent.conf import pci as pci_conf
+    from rtagent.pci import errors as pci_errors
+    from rtagent.pci import spec as pci_spec
     from rtagent.virt import errors, hugepages
 
     shared, dedicated = conf.compute.cpu_shared_set, conf.compute.cpu_dedicated_set
@@ -94,7 +102,17 @@ def check_host(conf, timeout=HOST_TIMEOUT_S):
         reserved = hugepages.parse(conf.reserved_huge_pages)
     except errors.InvalidReservedHugePages:
         reserved = ()
-    if not (shared or dedicated or reserved):
+    try:
+        pci = pci_conf.parse(conf)
+    except (pci_errors.PciError, ValueError):
+        pci = None  # validate's to report, once
+    # Only these rules read the host's devices (a list and an XML read per
+    # device): without them, the check costs nothing more.
+    devices_needed = pci is not None and (
+        any(s.tags.get("remote_managed") for s in pci.device_specs)
+        or (pci.report_in_placement and pci.device_specs)
+    )
+    if not (shared or dedicated or reserved or devices_needed):
         return
     from rtagent.virt.libvirt.probes import cpusets
 
@@ -103,23 +121,40 @@ def check_host(conf, timeout=HOST_TIMEOUT_S):
     uri = conf.libvirt.connection_uri
     if urllib.parse.urlsplit(uri).hostname:
         return  # another host's: asking would be network I/O before the checks end
-    found = _read_host(uri, timeout, cells=bool(reserved))
+    found = _read_host(uri, timeout, cells=bool(reserved), devices=devices_needed)
     if found is None:
         return
-    online, cells = found
+    online, cells, devices = found
     cpusets.check_cpu_sets(shared, dedicated, online)
     hugepages.check(reserved, cells)
+    if devices_needed and devices is not None:
+        pci_spec.check_host(pci.device_specs, devices, pci.report_in_placement)
 
 
-def _read_host(uri, timeout, cells):
-    """``(online CPU ids, NUMA cells)`` libvirt reports at ``uri`` (the cells
-    only when ``cells``, else ``()``), or None if it does not answer within
-    ``timeout`` seconds."""
+def _read_host(uri, timeout, cells, devices=False):
+    """``(online CPU ids, NUMA cells, PCI devices)`` libvirt reports at
+    ``uri`` (the cells only when ``cells``, else ``()``; the devices, as
+    :class:`~rtagent.pci.model.HostDevice` values, only when ``devices``,
+    else None, and None where libvirt cannot list them), or None if it does
+    not answer within ``timeout`` seconds."""
     import libvirt
 
     from rtagent.virt import errors
-    from rtagent.virt.libvirt import connection
-    from rtagent.virt.libvirt.probes import cpusets, numa, xmlutil
+    from rtagent.virt.libvirt import connection, facts
+    from rtagent.virt.libvirt.probes import cpusets, numa, pcidevices, xmlutil
+
+    def pci_devices(conn):
+        try:
+            listed = conn.listAllDevices(facts.NODE_DEVICE_FLAGS)
+        except libvirt.libvirtError:
+            return None  # no node-device driver: the audit says so
+        xml_by_name = {}
+        for dev in listed:
+            try:
+                xml_by_name[dev.name()] = dev.XMLDesc(0)
+            except libvirt.libvirtError:
+                continue  # removed meanwhile
+        return pcidevices.pci_devices(xml_by_name)
 
     connection.silence_libvirt()
     found = {}
@@ -130,10 +165,11 @@ def _read_host(uri, timeout, cells):
             try:
                 online = cpusets.online_ids(conn.getCPUMap())
                 caps = conn.getCapabilities() if cells else None
+                pci = pci_devices(conn) if devices else None
             finally:
                 conn.close()
             host_cells = numa.cells(xmlutil.parse(caps, "host capabilities")) if caps else ()
-            found["host"] = (online, host_cells)
+            found["host"] = (online, host_cells, pci)
         except libvirt.libvirtError as exc:
             found["error"] = connection.message(exc)
         except errors.HostReadError as exc:  # capabilities it cannot parse
@@ -147,7 +183,7 @@ def _read_host(uri, timeout, cells):
     if "host" in found:
         return found["host"]
     LOG.warning(
-        "CPU sets and huge pages not checked at start-up: libvirt at %s %s; "
+        "CPU sets, huge pages and PCI device specs not checked at start-up: libvirt at %s %s; "
         "the first audit checks them",
         uri,
         f"failed: {found['error']}" if "error" in found else f"gave no answer in {timeout:g} s",

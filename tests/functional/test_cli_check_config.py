@@ -1,6 +1,8 @@
 """``rtagent check-config``: the start-up checks and the names in the config
 files that are no option or group, one line each (a real subprocess)."""
 
+import pathlib
+
 import pytest
 
 from tests.functional.test_cli import rtagent, write_conf
@@ -181,3 +183,40 @@ def test_the_auth_plugins_options_are_known_when_an_earlier_check_fails(tmp_path
     assert "[libvirt] instances_path" in result.stderr, result.stderr
     for name in ("auth_url", "username", "password", "project_name"):
         assert f"[placement] {name}:" not in result.stderr, result.stderr
+
+
+SRIOV_HOST = (
+    pathlib.Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "libvirt"
+    / "test-driver-sriov-host.xml"
+)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (
+            '{"devname": "ens9", "remote_managed": "true"}',
+            "[pci] device_spec entry 0: devname: ens9 is not on this host",
+        ),
+        (
+            '{"vendor_id": "8086", "product_id": "1572", "remote_managed": "true"}',
+            "[pci] device_spec entry 0: remote_managed: matches PF 0000:3b:00.0; only VFs can be",
+        ),
+        # The VFs of the host's X710: what remote_managed is for.
+        ('{"vendor_id": "8086", "product_id": "154c", "remote_managed": "true"}', None),
+    ],
+)
+def test_device_specs_are_checked_against_the_hosts_devices(tmp_path, spec, message):
+    # The SR-IOV host of the libvirt test driver: an X710 PF (ens1f0) with
+    # 4 VFs, read as the audit reads it, before anything is written.
+    extra = f"[libvirt]\nconnection_uri = test://{SRIOV_HOST}\n[pci]\ndevice_spec = {spec}\n"
+    conf = write_conf(tmp_path, extra=extra)
+    result = rtagent("--config-file", str(conf), "check-config")
+    if message is None:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode == 2, result
+        assert result.stderr.splitlines() == [f"rtagent: error: {message}"]
+    assert not (tmp_path / "state").exists()
