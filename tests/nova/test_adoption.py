@@ -8,9 +8,10 @@ the fake driver, real Placement); run by ``make test-nova`` in .venv-nova.
 from nova.tests.functional import integrated_helpers
 
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
+from tests.nova.harness import KeepsTestMethod
 
 
-class AdoptionAndRollback(integrated_helpers.ProviderUsageBaseTestCase):
+class AdoptionAndRollback(KeepsTestMethod, integrated_helpers.ProviderUsageBaseTestCase):
     compute_driver = "fake.MediumFakeDriver"
 
     def setUp(self):
@@ -20,15 +21,6 @@ class AdoptionAndRollback(integrated_helpers.ProviderUsageBaseTestCase):
             self.computes[host] = self._start_compute(host)
         flavors = sorted(self.api.get_flavors(), key=lambda f: f["ram"])
         self.small, self.large = flavors[0], flavors[1]
-
-    def _clear_attrs(self):
-        # nova's clean-up drops every public attribute; pytest keeps the
-        # test method as one and looks it up again after the test.
-        name = self._testMethodName
-        method = self.__dict__.get(name)
-        super()._clear_attrs()
-        if method is not None:
-            setattr(self, name, method)
 
     def _boot(self, flavor, host):
         request = self._build_server(

@@ -17,19 +17,11 @@ from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import base
 
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
+from tests.nova.harness import KeepsTestMethod
 
 
-class PinnedAdoption(base.ServersTestBase):
+class PinnedAdoption(KeepsTestMethod, base.ServersTestBase):
     ADDITIONAL_FILTERS = ["NUMATopologyFilter"]
-
-    def _clear_attrs(self):
-        # nova's clean-up drops every public attribute; pytest keeps the
-        # test method as one and looks it up again after the test.
-        name = self._testMethodName
-        method = self.__dict__.get(name)
-        super()._clear_attrs()
-        if method is not None:
-            setattr(self, name, method)
 
     def test_a_pinned_guest_keeps_its_cpus(self):
         self.flags(cpu_dedicated_set="0-7", cpu_shared_set=None, group="compute")

@@ -19,9 +19,10 @@ from nova.tests.functional import integrated_helpers
 
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
 from rtagent.tracker import errors
+from tests.nova.harness import KeepsTestMethod
 
 
-class _RefusedEvacuation:
+class _RefusedEvacuation(KeepsTestMethod):
     """The scenario; the classes below run it with each link."""
 
     compute_driver = "fake.MediumFakeDriver"
@@ -34,15 +35,6 @@ class _RefusedEvacuation:
         self.compute1 = self._start_compute(host="host1")
         self.compute2 = self._start_compute(host="host2")
         self.flavor1 = self.api.get_flavors()[0]
-
-    def _clear_attrs(self):
-        # nova's clean-up drops every public attribute; pytest keeps the
-        # test method as one and looks it up again after the test.
-        name = self._testMethodName
-        method = self.__dict__.get(name)
-        super()._clear_attrs()
-        if method is not None:
-            setattr(self, name, method)
 
     def _status(self, host):
         node = self._get_provider_uuid_by_host(host)
