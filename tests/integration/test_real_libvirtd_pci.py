@@ -39,6 +39,15 @@ def listed(admin):
 
 
 @pytest.fixture
+def admin(libvirtd):
+    """A connection of this test's own: the session's shared one does not
+    survive the daemon restart another module makes."""
+    conn = libvirt.open(libvirtd.uri)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
 def reading(libvirtd, tmp_path):
     driver = LibvirtDriver(libvirtd.uri, str(tmp_path))
     try:
