@@ -228,6 +228,49 @@ def _devices(asks):
     return sum(a["count"] for a in asks or ())
 
 
+def drive(conn, do, next_step, resume, refusals):
+    """Make steps until killed, saying each on ``conn`` (a multiprocessing
+    connection): ``resume`` first (the rest of a step a kill cut short, as
+    a conductor retries it), then ``next_step()`` for ever.
+
+    :param do: callable(node index, call) that makes one call.
+    :param refusals: exception classes that refuse a call; the rest of its
+        step is not called.
+    """
+
+    def say(line):
+        conn.send_bytes(line.encode())
+
+    def run(step):
+        say("S " + json.dumps(step))
+        for index, op in step:
+            say("B " + json.dumps([index, op]))
+            try:
+                do(index, op)
+            except refusals:
+                say("R")
+                return
+            say("A")
+
+    if resume:
+        run(resume)
+    while True:
+        run(next_step())
+
+
+def drain(reader):
+    """The lines a killed driver sent before it died (what ``reader``, a
+    multiprocessing connection, still holds); the reader is closed."""
+    lines = []
+    while reader.poll(0):
+        try:
+            lines.append(reader.recv_bytes().decode())
+        except EOFError:
+            break
+    reader.close()
+    return lines
+
+
 def replay(models, lines):
     """Apply the acknowledged calls of ``lines`` to ``models``.
 

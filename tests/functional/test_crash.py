@@ -22,7 +22,6 @@ that a round costs a fork rather than an interpreter start.
 
 import copy
 import dataclasses
-import json
 import multiprocessing
 import os
 import random
@@ -40,7 +39,15 @@ from rtagent.tracker.errors import ComputeResourcesUnavailable
 from rtagent.tracker.ledger import ResourcePolicy
 from rtagent.tracker.store import Store
 from rtagent.tracker.tracker import Tracker
-from tests.functional.crashmodel import Model, call, crosses, pick_step, replay
+from tests.functional.crashmodel import (
+    Model,
+    call,
+    crosses,
+    drain,
+    drive,
+    pick_step,
+    replay,
+)
 from tests.functional.numa_host import read_host
 from tests.unit.helpers import HOST
 from tests.unit.test_numa_claims import recounted
@@ -114,24 +121,13 @@ def _work(conn, state_path, seed, count, resume, numa, pci):
     trackers, _, _ = open_nodes(state_path, count, numa, pci)
     nodes = [t.node_uuid for t in trackers]
 
-    def say(line):
-        conn.send_bytes(line.encode())
-
-    def run(step):
-        say("S " + json.dumps(step))
-        for index, op in step:
-            say("B " + json.dumps([index, op]))
-            try:
-                call(trackers[index], op)
-            except (ComputeResourcesUnavailable, DevicesUnavailable):
-                say("R")  # the rest of the step is not called
-                return
-            say("A")
-
-    if resume:
-        run(resume)
-    while True:
-        run(pick_step(rng, trackers, nodes, numa, pci))
+    drive(
+        conn,
+        lambda index, op: call(trackers[index], op),
+        lambda: pick_step(rng, trackers, nodes, numa, pci),
+        resume,
+        (ComputeResourcesUnavailable, DevicesUnavailable),
+    )
 
 
 # -- the test's model --------------------------------------------------------
@@ -233,12 +229,7 @@ def run_worker(tmp_path, seed, count, resume, wanted, numa=False, pci=False):
     finally:
         proc.kill()
         proc.join(10)
-    while reader.poll(0):  # what it sent before dying
-        try:
-            lines.append(reader.recv_bytes().decode())
-        except EOFError:
-            break
-    reader.close()
+    lines += drain(reader)
     errors = [line for line in lines if line.startswith("E ")]
     assert not errors, errors[0]
     return lines
