@@ -287,6 +287,9 @@ def _inventories(adapter, node):
 
 @dataclasses.dataclass
 class Figures:
+    """What a run counted (benchmarks/soak.py prints them; benchmarks/README.md
+    says what each means)."""
+
     rounds: int = 0
     checks: int = 0
     acknowledged: int = 0
