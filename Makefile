@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 NOVA_VENV ?= .venv-nova
 
-.PHONY: all venv nova-venv demo test test-nova unit functional lint format genconfig check-genconfig bench bench-fleet clean
+.PHONY: all venv nova-venv demo test test-nova unit functional lint format genconfig check-genconfig bench bench-fleet soak clean
 
 all: test
 
@@ -53,13 +53,14 @@ check-genconfig: venv
 	    --config-file etc/rtagent/rtagent-config-generator.conf --output-file $$tmp && \
 	diff -u etc/rtagent/rtagent.conf.sample $$tmp && echo "sample config is current"
 
-# Runs every benchmarks/*.py but fleet.py; each prints key=value lines, the
+# Runs every benchmarks/*.py but fleet.py and soak.py; each prints key=value lines, the
 # last a summary, and exits non-zero on a miss or a void measurement. All
 # run; the target fails if any did, and names them.
 bench: venv
 	@failed=""; for script in benchmarks/*.py; do \
 	    [ -e "$$script" ] || continue; \
 	    [ "$$script" = benchmarks/fleet.py ] && continue; \
+	    [ "$$script" = benchmarks/soak.py ] && continue; \
 	    echo "== $$script"; $(PY) "$$script" || failed="$$failed $$script"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "bench: MISS or VOID in:$$failed"; exit 1; fi
@@ -71,6 +72,15 @@ K ?= 50
 FLEET_ARGS ?=
 bench-fleet: venv
 	$(PY) benchmarks/fleet.py --k $(K) $(FLEET_ARGS)
+
+# The crash-loop soak: the agent SIGKILLed ROUNDS times with claims and moves
+# in flight, its state and Placement checked after each restart
+# (benchmarks/soak.py; 4 to 5 minutes at 500 rounds on 2 cores). Not in CI
+# nor in `make bench`: make soak ROUNDS=50 SOAK_ARGS="--seed 7".
+ROUNDS ?= 500
+SOAK_ARGS ?=
+soak: venv
+	$(PY) benchmarks/soak.py --rounds $(ROUNDS) $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(NOVA_VENV) .nova-tests .pytest_cache .ruff_cache *.egg-info
