@@ -252,7 +252,7 @@ def print_header(args, scale):
         f"(production {fleet.AUDIT_INTERVAL_S}) audit_jitter={fleet.AUDIT_JITTER} "
         f"placement_refresh_interval_s={scale.refresh_interval} "
         f"(production {args.refresh_interval}) startup_delay_s={scale.startup_delay:g} "
-        f"backoff_s={scale.backoff[0]:g}..{scale.backoff[1]:g} "
+        f"retry_window_s={scale.retry_window:g} "
         f"placement_timeout_s={fleet.PLACEMENT_TIMEOUT_S:g} (not scaled) "
         f"placement_workers={args.placement_workers} placement_db=postgresql",
         flush=True,

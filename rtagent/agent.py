@@ -218,6 +218,15 @@ class Agent:
                 pairs.append((tracker, publisher))
         return pairs
 
+    def retry_in(self):
+        """Seconds until the earliest retry of a failed sync (the loop wakes
+        for it, see :mod:`rtagent.placement.backoff`), or None when none is
+        pending. Safe from any thread."""
+        with self._mutex:
+            publishers = list(self._publishers.values())
+        pending = [t for t in (p.backoff.pending_retry() for p in publishers) if t is not None]
+        return min(pending, default=None)
+
     def sync_status(self):
         """node UUID -> sync state (in sync, last success, last error,
         unknown consumers, healing backlog)."""

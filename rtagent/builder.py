@@ -17,6 +17,7 @@ from rtagent.conf import placement as placement_conf
 from rtagent.placement import provider_config
 from rtagent.placement.allocations import HealBudget
 from rtagent.placement.backoff import SyncBackoff
+from rtagent.placement.checkpoint import MetaRecord
 from rtagent.placement.client import MICROVERSION, PlacementClient
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.sync import ProviderSync, RememberedChildren
@@ -33,6 +34,11 @@ LOG = logging.getLogger(__name__)
 
 # The tracker store's metadata key of a node's published child providers.
 PUBLISHED_CHILDREN_KEY = "placement_children:{node}"
+# The last synced Placement view, and the root generation at which the
+# unknown-consumer check last found nothing: what a restart resumes from
+# (rtagent.placement.checkpoint).
+SYNCED_VIEW_KEY = "placement_view:{node}"
+UNKNOWN_CHECKED_KEY = "placement_unknown_checked:{node}"
 
 
 def _configured_ratio(conf, name):
@@ -203,7 +209,8 @@ def build_agent(
             max_consumers=conf.rtagent.heal_max_consumers,
             max_seconds=conf.rtagent.heal_max_seconds,
         )
-        new_backoff = make_backoff or SyncBackoff
+        window = conf.rtagent.placement_retry_window
+        new_backoff = make_backoff or (lambda: SyncBackoff(window=window))
 
         def make_publisher(node):
             children = RememberedChildren(
@@ -214,8 +221,16 @@ def build_agent(
                 retry,
                 children=children,
                 refresh_interval=conf.rtagent.placement_refresh_interval,
+                checkpoint=MetaRecord(
+                    store.get_meta, store.set_meta, SYNCED_VIEW_KEY.format(node=node)
+                ),
             )
-            return NodePublisher(node, sync, new_backoff(), client, heal_budget=budget)
+            checked = MetaRecord(
+                store.get_meta, store.set_meta, UNKNOWN_CHECKED_KEY.format(node=node)
+            )
+            return NodePublisher(
+                node, sync, new_backoff(), client, heal_budget=budget, checked=checked
+            )
 
     except BaseException:
         store.close()

@@ -113,6 +113,8 @@ class Daemon:
             jitter=conf.daemon.audit_jitter,
             rng=rng,
             trigger=trigger,
+            # A failed sync's retry is not held back to the next audit.
+            due_in=getattr(agent, "retry_in", None),
         )
         self.rpc = None
         self._ready = False

@@ -11,6 +11,10 @@ an event source hold the trigger from its own construction. It is
 debounced: the loop wakes, waits ``debounce`` seconds more so that a burst
 of events (a guest booting sends several) costs one run, then runs.
 A trigger that arrives during a run causes one more run after it.
+
+``due_in`` lets the task ask for its next run sooner than the interval (a
+failed sync whose retry is due before the next audit): the loop waits for
+whichever comes first. No debounce: it is a time, not a burst of events.
 """
 
 import logging
@@ -51,6 +55,8 @@ class PeriodicLoop:
     :param rng: random() source for the jitter; tests pin it.
     :param trigger: the :class:`Trigger` that asks for early runs (a new
         one if None).
+    :param due_in: callable() -> seconds until the task wants to run again,
+        or None; honoured when sooner than the interval and positive.
     """
 
     def __init__(
@@ -64,8 +70,10 @@ class PeriodicLoop:
         jitter=0.0,
         rng=random.random,
         trigger=None,
+        due_in=None,
     ):
         self._task = task
+        self._due_in = due_in
         self._interval = interval
         self._jitter = jitter
         self._rng = rng
@@ -89,7 +97,7 @@ class PeriodicLoop:
             if self._stop.is_set():
                 break
             if not self._triggered.is_set():
-                self._wait(self._wake, self.next_interval())
+                self._wait(self._wake, self.next_pause())
             if self._stop.is_set():
                 break
             if self._triggered.is_set():
@@ -104,6 +112,20 @@ class PeriodicLoop:
     def next_interval(self):
         """Seconds to wait before the next run, jitter applied."""
         return self._interval * (1 - self._jitter + 2 * self._jitter * self._rng())
+
+    def next_pause(self):
+        """Seconds to wait now: the jittered interval, or less when the task
+        is due sooner (``due_in``)."""
+        pause = self.next_interval()
+        if self._due_in is not None:
+            try:
+                sooner = self._due_in()
+            except Exception:
+                LOG.exception("due_in failed; waiting the interval")
+                sooner = None
+            if sooner is not None and 0 < sooner < pause:
+                pause = sooner
+        return pause
 
     def trigger(self):
         """Ask for an early run (debounced). Safe from any thread, never blocks."""

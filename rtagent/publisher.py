@@ -35,9 +35,22 @@ class NodePublisher:
         check, or None to do neither.
     :param heal_budget: a :class:`rtagent.placement.allocations.HealBudget`.
     :param wall: the wall clock, for the times status reports.
+    :param checked: a :class:`~rtagent.placement.checkpoint.MetaRecord`
+        keeping, across restarts, the root generation at which the
+        unknown-consumer check last found nothing (or None).
     """
 
-    def __init__(self, node_uuid, sync, backoff, client=None, heal_budget=None, *, wall=time.time):
+    def __init__(
+        self,
+        node_uuid,
+        sync,
+        backoff,
+        client=None,
+        heal_budget=None,
+        *,
+        wall=time.time,
+        checked=None,
+    ):
         self.node_uuid = node_uuid
         self._wall = wall
         self.sync = sync
@@ -53,6 +66,17 @@ class NodePublisher:
         # that check saw: the check runs again only when it moves.
         self._candidates = {}
         self._checked_generation = None
+        # A restart resumes from the last clean check: with the root's
+        # generation unchanged, no allocation moved, so there is nothing to
+        # look for (a fleet restarted at once would otherwise read every
+        # provider's allocations together). Any allocation change moves the
+        # generation, and the check runs as before.
+        self._checked = checked
+        self._checked_saved = None
+        if checked is not None:
+            found = checked.load()
+            if isinstance(found, dict) and isinstance(found.get("generation"), int):
+                self._checked_generation = found["generation"]
         # Written by the audit thread only; other threads read whole values.
         self._heal_backlog = 0
 
@@ -121,6 +145,12 @@ class NodePublisher:
         previous, self._candidates = self._candidates, found
         self._checked_generation = root.generation
         self._report.update({c: a for c, a in found.items() if c in previous})
+        record = {"generation": None if found else root.generation}
+        if self._checked is not None and record != self._checked_saved:
+            # Written when it changes only: at most once per tick whose
+            # allocations moved, never in steady state.
+            self._checked.save(record)
+            self._checked_saved = record
 
     def _check_pinned(self, tracker):
         """Move the pinned vCPUs of claimed instances whose allocation

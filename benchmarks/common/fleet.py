@@ -26,14 +26,13 @@ from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.client import RequestObserver
 from rtagent.testing.placement_server import admin_adapter
 
-# Production values the run scales (seconds); the backoff's are
-# SyncBackoff's defaults, [placement] timeout is not scaled (it bounds a
-# hung request, it is no cadence).
+# Production values the run scales (seconds); the retry window is
+# [rtagent] placement_retry_window's default, [placement] timeout is not
+# scaled (it bounds a hung request, it is no cadence).
 AUDIT_INTERVAL_S = 60
 REFRESH_INTERVAL_S = 300
 STARTUP_DELAY_S = 10.0
-BACKOFF_BASE_S = 10.0
-BACKOFF_CAP_S = 120.0
+RETRY_WINDOW_S = 110.0
 SYNC_RETRY_DELAY_S = 0.2
 AUDIT_JITTER = 0.1
 PLACEMENT_TIMEOUT_S = 30.0
@@ -86,7 +85,7 @@ class Scale:
         self.audit_interval = max(1, round(AUDIT_INTERVAL_S * factor))
         self.refresh_interval = round(refresh_interval * factor)
         self.startup_delay = STARTUP_DELAY_S * factor
-        self.backoff = (BACKOFF_BASE_S * factor, BACKOFF_CAP_S * factor)
+        self.retry_window = RETRY_WINDOW_S * factor
         self.sync_retry_delay = SYNC_RETRY_DELAY_S * factor
 
 
@@ -137,13 +136,13 @@ class FleetAgent:
         )
         api = admin_adapter(self.endpoint)
         api.session.timeout = PLACEMENT_TIMEOUT_S
-        base, cap = self.scale.backoff
+        window = self.scale.retry_window
         self.agent = builder.build_agent(
             conf,
             driver=driver,
             adapter=api,
             observer=self.observer,
-            make_backoff=lambda: SyncBackoff(base_delay=base, max_delay=cap),
+            make_backoff=lambda: SyncBackoff(window=window),
         )
         self._conf = conf
 
@@ -164,13 +163,15 @@ class FleetAgent:
 
     def start(self, delay=None):
         """The daemon's loop: a random start-up delay (``delay`` seconds
-        instead, if given), then audits every interval with jitter."""
+        instead, if given), then audits every interval with jitter, sooner
+        when a failed sync's retry is due."""
         conf = self._conf
         self.loop = PeriodicLoop(
             self.agent.audit,
             conf.rtagent.audit_interval,
             jitter=conf.daemon.audit_jitter,
             trigger=self.trigger,
+            due_in=self.agent.retry_in,
         )
         if delay is None:
             delay = conf.daemon.startup_delay * random.random()

@@ -55,6 +55,19 @@ ALL_OPTS = [
         "together spread their reads. 0 reads Placement at every audit.",
     ),
     cfg.IntOpt(
+        "placement_retry_window",
+        default=110,
+        min=0,
+        help="Seconds within which a failed sync to Placement (Placement "
+        "down or refusing) is tried again: the first retry comes at a random "
+        "point of this window, each later one a full window after the "
+        "previous, and the agent wakes for it without waiting for its next "
+        "audit. So after an outage every agent that met it tries again "
+        "within this many seconds of Placement's return, the agents of a "
+        "fleet spread evenly over it. Keep it under two audit intervals. "
+        "0 retries at the next audit.",
+    ),
+    cfg.IntOpt(
         "sync_max_attempts",
         default=4,
         min=1,

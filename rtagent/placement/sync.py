@@ -19,6 +19,12 @@ The diff is computed purely (:mod:`.diff`) and applied; the cached view is
 updated only from Placement's answers to successful writes. A generation
 conflict drops that provider from the cache, and the whole read-diff-write
 is retried under one :class:`~rtagent.placement.retry.RetryPolicy`.
+
+When Placement is unreachable the view is dropped only if a write was sent
+and its answer lost (its outcome is unknown); a failed read leaves Placement
+as it was, so the view is kept and the retry costs one listing, not a
+re-read of every provider. With a ``checkpoint`` the view of the last sync
+survives a restart (:mod:`.checkpoint`).
 """
 
 import dataclasses
@@ -28,7 +34,7 @@ import random
 import time
 
 from rtagent.exception import RtagentError
-from rtagent.placement import changes, errors, reshape
+from rtagent.placement import changes, checkpoint, errors, reshape
 from rtagent.placement import diff as diffmod
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.tree import Provider, ProviderTree
@@ -122,6 +128,9 @@ class ProviderSync:
 
     :param children: a :class:`RememberedChildren` (or None: in memory only,
         so a child dropped while the process was down stays).
+    :param checkpoint: a :class:`~rtagent.placement.checkpoint.MetaRecord`
+        where the last synced view is kept across restarts (or None: a
+        restart reads Placement at its first sync).
     """
 
     def __init__(
@@ -134,6 +143,7 @@ class ProviderSync:
         *,
         refresh_interval=0.0,
         clock=time.monotonic,
+        checkpoint=None,
     ):
         self._client = client
         # Seconds an unchanged desired tree goes without reading Placement
@@ -156,6 +166,15 @@ class ProviderSync:
         self._remembered = children or _Forgotten()
         self._children = self._remembered.load()
         self._listed = {}
+        # Set when a write was sent and no answer came: its outcome is
+        # unknown, so the view may be wrong (see sync).
+        self._outcome_unknown = False
+        self._checkpoint = checkpoint
+        # The record last written: an unchanged one is not written again.
+        self._saved = None
+        self._restored = None
+        if checkpoint is not None and refresh_interval:
+            self._restored = _load(checkpoint)
 
     @property
     def view(self):
@@ -203,12 +222,15 @@ class ProviderSync:
 
         :raises SyncConflictsExhausted: conflicts outlasted the policy.
         :raises ProviderNameTaken: our root's name belongs to another UUID.
-        :raises PlacementUnavailable: the cached view is dropped (a write's
-            outcome is unknown), so the next sync re-reads.
+        :raises PlacementUnavailable: the next sync reads Placement; the
+            cached view is dropped if a write's answer was lost (its outcome
+            is unknown), kept if only a read failed.
         :raises PlacementRequestFailed: Placement refused a write (e.g.
             ``InventoryInUse``); the view still matches Placement.
         """
         root = _root_uuid(desired)
+        if self._restored is not None:
+            self._restore(desired, local)
         synced = self._synced
         if (
             synced is not None
@@ -267,10 +289,17 @@ class ProviderSync:
                 rng=self._rng,
             )
         except errors.PlacementUnavailable:
-            # A write may or may not have landed: trust nothing cached. (A
-            # refused write (4xx) left Placement, and so our view, as it was.)
-            self.invalidate()
+            # A write may or may not have landed: trust nothing cached. A
+            # failed read changed nothing in Placement: the view stays, and
+            # the retry reads the listing alone (one request instead of
+            # three per provider, which made every agent that met an outage
+            # come back with a burst). _synced is None: the retry reads.
+            # (A refused write (4xx) left Placement, and our view, as it was.)
+            if self._outcome_unknown:
+                self.invalidate()
             raise
+        finally:
+            self._outcome_unknown = False
         if result.operations:
             before = computed_on["view"]
             LOG.info(
@@ -283,7 +312,42 @@ class ProviderSync:
             # leaves providers to re-read: neither may wait for the interval.
             due = self._clock() + self._refresh_interval * (1.0 - 0.1 * self._rng())
             self._synced = _Synced(reported, local, computed_on["desired"], due)
+            self._save_checkpoint()
         return result
+
+    def _restore(self, desired, local):
+        """First sync after a restart: when the desired tree and ``local``
+        are those of the last sync before it, trust the view it read and
+        look at Placement at a random point of the refresh interval (so a
+        fleet restarted at once reads as in steady state, not all at once).
+        Otherwise sync as on a first start."""
+        view, reported, known = self._restored
+        self._restored = None
+        if reported != checkpoint.digest(desired) or known != checkpoint.digest(local):
+            LOG.info("The node changed since the last synced view: reading Placement now")
+            return
+        self._view = view
+        due = self._clock() + self._refresh_interval * self._rng()
+        self._synced = _Synced(desired, local, desired, due)
+        self._saved = None
+        LOG.info(
+            "Unchanged since the last sync before the restart: first read of Placement in %.0f s",
+            due - self._clock(),
+        )
+
+    def _save_checkpoint(self):
+        """Keep the last synced view for a restart; written only when it
+        changed (a steady sync writes nothing)."""
+        if self._checkpoint is None:
+            return
+        synced = self._synced
+        # A tree synced under other children's UUIDs (_same_names) is not
+        # the one asked for: a restart must then read.
+        reported = synced.reported if synced.tree == synced.reported else None
+        record = checkpoint.encode(self._view, reported, synced.local)
+        if record != self._saved:
+            self._checkpoint.save(record)
+            self._saved = record
 
     def _same_names(self, desired):
         """``desired`` with each child provider this agent published before
@@ -457,7 +521,9 @@ class ProviderSync:
         view = self._view
         if isinstance(op, diffmod.CreateProvider):
             try:
-                generation = self._client.create_provider(op.uuid, op.name, op.parent_uuid)
+                generation = self._write(
+                    self._client.create_provider, op.uuid, op.name, op.parent_uuid
+                )
             except errors.ProviderNameConflict as exc:
                 raise errors.ProviderNameTaken(name=op.name, uuid=op.uuid) from exc
             provider = Provider(op.uuid, op.name, op.parent_uuid, generation)
@@ -469,7 +535,9 @@ class ProviderSync:
             current = view.get(op.uuid)
             if isinstance(op, diffmod.UpdateProvider):
                 try:
-                    generation = self._client.update_provider(op.uuid, op.name, op.parent_uuid)
+                    generation = self._write(
+                        self._client.update_provider, op.uuid, op.name, op.parent_uuid
+                    )
                 except errors.ProviderNameConflict as exc:
                     raise errors.ProviderNameTaken(name=op.name, uuid=op.uuid) from exc
                 provider = current.replace(
@@ -480,8 +548,8 @@ class ProviderSync:
                     set(op.inventories) - set(current.inventories),
                     self._client.ensure_resource_class,
                 )
-                generation = self._client.put_inventories(
-                    op.uuid, current.generation, op.inventories
+                generation = self._write(
+                    self._client.put_inventories, op.uuid, current.generation, op.inventories
                 )
                 provider = current.replace(
                     generation=generation,
@@ -491,7 +559,9 @@ class ProviderSync:
                 )
             else:
                 self._ensure_custom(op.traits - current.traits, self._client.ensure_trait)
-                generation = self._client.put_traits(op.uuid, current.generation, op.traits)
+                generation = self._write(
+                    self._client.put_traits, op.uuid, current.generation, op.traits
+                )
                 provider = current.replace(generation=generation, traits=op.traits)
         self._view = view.with_provider(provider)
 
@@ -515,7 +585,7 @@ class ProviderSync:
                 "inventories": op.inventories,
             }
         try:
-            self._client.reshape(payload, bodies)
+            self._write(self._client.reshape, payload, bodies)
         finally:
             # Reshaper answers no generations: re-read those providers next.
             for uuid in touched:
@@ -530,8 +600,23 @@ class ProviderSync:
         """Create the custom names among ``names`` not known to exist."""
         for name in sorted(names):
             if name.startswith("CUSTOM_") and name not in self._custom:
-                create(name)
+                self._write(create, name)
                 self._custom.add(name)
+
+    def _write(self, call, *args):
+        """``call(*args)``, one write to Placement; an answer lost on the way
+        (PlacementUnavailable) leaves its outcome unknown."""
+        try:
+            return call(*args)
+        except errors.PlacementUnavailable:
+            self._outcome_unknown = True
+            raise
+
+
+def _load(record):
+    """The checkpoint's (view, reported digest, local digest), or None."""
+    found = record.load()
+    return checkpoint.decode(found) if isinstance(found, dict) else None
 
 
 def _root_uuid(tree):

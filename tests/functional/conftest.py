@@ -110,7 +110,7 @@ def make_agent(placement, make_conf):
             conf or make_conf(),
             adapter=make_adapter(placement.endpoint),
             observer=observer,
-            make_backoff=make_backoff or (lambda: SyncBackoff(base_delay=0, max_delay=0)),
+            make_backoff=make_backoff or (lambda: SyncBackoff(window=0)),
         )
         agents.append(agent)
         return agent

@@ -61,7 +61,7 @@ def build(conf, placement, child_uuid):
         conf,
         driver=driver,
         adapter=admin_adapter(placement.endpoint),
-        make_backoff=lambda: SyncBackoff(base_delay=0, max_delay=0),
+        make_backoff=lambda: SyncBackoff(window=0),
     )
     driver.node_uuid = agent.tracker.node_uuid
     return agent, driver

@@ -98,6 +98,9 @@ audit_interval = 1
 # Placement that fails (with the default interval an unchanged node meets
 # it at its next due read: tests/functional/placement/test_refresh_interval.py).
 placement_refresh_interval = 0
+# A failed sync is retried within 5 s, not the default 110 s: these tests
+# wait for the agent to see Placement back (the window: docs/placement-sync.md).
+placement_retry_window = 5
 [daemon]
 startup_delay = 0.5
 shutdown_timeout = 15

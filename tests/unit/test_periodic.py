@@ -95,3 +95,26 @@ def test_intervals_are_jittered_within_bounds():
     loop = PeriodicLoop(lambda: None, interval=60, wait=wait, jitter=0.25, rng=lambda: next(draws))
     loop.run()
     assert waits == [45.0, 75.0, 60.0]  # 60 x [0.75, 1.25, 1.0]
+
+
+def test_a_retry_due_before_the_interval_wakes_the_loop_for_it():
+    """A failed sync's retry (``due_in``) is not held back to the next
+    audit; a due time later than the interval, none, zero or a failing
+    ``due_in`` leave the interval as it is."""
+    answers = iter([25.0, None, 90.0, 0.0, RuntimeError("bug")])
+    waits = []
+
+    def due_in():
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def wait(event, seconds):
+        waits.append(seconds)
+        if len(waits) == 5:
+            loop.stop()
+
+    loop = PeriodicLoop(lambda: None, interval=60, wait=wait, due_in=due_in)
+    loop.run()
+    assert waits == [25.0, 60, 60, 60, 60]

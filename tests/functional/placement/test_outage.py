@@ -10,6 +10,9 @@ import wsgi_intercept
 
 from rtagent.placement import errors
 from rtagent.placement.backoff import SyncBackoff
+from rtagent.placement.sync import ProviderSync
+from rtagent.placement.tree import Provider, ProviderTree
+from rtagent.resources import Inventory, frozen_map
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import Recorder
 from tests.functional.placement.conftest import get
@@ -18,14 +21,18 @@ pytestmark = pytest.mark.functional
 
 
 @contextlib.contextmanager
-def placement_failing(placement):
-    """Every request answers 503 until the block ends. (A mock: the real
-    app cannot be made to fail on demand; its database and state are kept.)"""
+def placement_failing(placement, methods=None):
+    """Every request (of ``methods`` only, if given) answers 503 until the
+    block ends; the others reach the real app. (A mock: the real app cannot
+    be made to fail on demand; its database and state are kept.)"""
     url = urllib.parse.urlsplit(placement.endpoint)
     key = (url.hostname, url.port or 80)
     real = wsgi_intercept._wsgi_intercept[key]
+    app = real[0]()
 
     def unavailable(environ, start_response):
+        if methods is not None and environ["REQUEST_METHOD"] not in methods:
+            return app(environ, start_response)
         start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
         return [b"placement is down for maintenance"]
 
@@ -48,9 +55,8 @@ def test_outage_backoff_then_convergence(make_agent, placement, operator):
     clock = Clock()
     agent = make_agent(
         observer=recorder,
-        make_backoff=lambda: SyncBackoff(
-            base_delay=10, max_delay=60, clock=clock, wall=clock, rng=lambda: 1.0
-        ),
+        # The first retry half-way through the 60 s window, then every 60 s.
+        make_backoff=lambda: SyncBackoff(window=60, clock=clock, wall=clock, rng=lambda: 0.5),
     )
     root = agent.tracker.node_uuid
 
@@ -82,13 +88,13 @@ def test_outage_backoff_then_convergence(make_agent, placement, operator):
         clock.now = 5
         assert tick() == "skipped"  # backing off: no request at all
         assert recorder.count() == 1
-        clock.now = 10
+        clock.now = 30
         assert tick() == "failed"
-        clock.now = 20
+        clock.now = 60
         assert tick() == "skipped"
-        assert health.status().retry_in == 10
+        assert health.status().retry_in == 30
 
-    clock.now = 30
+    clock.now = 90
     recorder.reset()
     assert tick() == "synced"
     status = health.status()
@@ -96,11 +102,71 @@ def test_outage_backoff_then_convergence(make_agent, placement, operator):
     assert (
         "COMPUTE_STATUS_DISABLED" in get(operator, f"/resource_providers/{root}/traits")["traits"]
     )
-    # the outage dropped the cached view (a write may have landed): one
-    # full re-read, then steady state again
-    # + two GETs: its generation moved, so the agent looks for unknown
-    # consumers once, reading the claim made meanwhile and the root's usages
-    assert recorder.count("GET") == 3 + 2
+    # only reads failed, so the cached view was kept: the listing alone,
+    # then the trait PUT; + two GETs: its generation moved, so the agent
+    # looks for unknown consumers once, reading the claim made meanwhile
+    # and the root's usages
+    assert recorder.count("GET") == 1 + 2
     recorder.reset()
     assert tick() == "synced"
     assert recorder.count() == 1
+
+
+ROOT = "9f1a2b3c-0000-4000-8000-0000000000f2"
+
+
+def tree(vcpus=8):
+    return ProviderTree(
+        [
+            Provider(
+                uuid=ROOT,
+                name="outage-host",
+                traits=frozenset({"COMPUTE_NODE"}),
+                managed_traits=frozenset({"COMPUTE_NODE"}),
+                inventories=frozen_map({"VCPU": Inventory(total=vcpus, max_unit=vcpus)}),
+                managed_classes=frozenset({"VCPU"}),
+            )
+        ]
+    )
+
+
+def test_a_failed_read_keeps_the_view_so_the_retry_is_one_listing(client, recorder, placement):
+    """An agent whose due read meets an outage comes back with one request,
+    not a re-read of its whole tree: nothing was written, so what it last
+    read is still what Placement holds (or a later conflict re-reads)."""
+    clock = Clock()
+    sync = ProviderSync(client, rng=lambda: 0.0, refresh_interval=300, clock=clock)
+    sync.sync(tree())
+    clock.now += 301  # the read is due
+    with placement_failing(placement):
+        recorder.reset()
+        with pytest.raises(errors.PlacementUnavailable):
+            sync.sync(tree())
+        assert recorder.count("GET") == 1 and recorder.count() == 1
+    assert sync.view.get(ROOT) is not None  # kept
+    assert sync.refresh_due_in() == 0  # the next sync reads
+    recorder.reset()
+    result = sync.sync(tree())
+    assert result.read and result.operations == ()
+    assert [(m, u) for m, u, _ in recorder.requests] == [("GET", "/resource_providers")]
+
+
+def test_a_write_whose_answer_is_lost_drops_the_view(client, recorder, placement, operator):
+    """A write that may have landed: the view is not trusted any more, the
+    next sync re-reads the provider before writing."""
+    clock = Clock()
+    sync = ProviderSync(client, rng=lambda: 0.0, refresh_interval=300, clock=clock)
+    sync.sync(tree(vcpus=8))
+    with placement_failing(placement, methods={"PUT", "POST", "DELETE"}):
+        with pytest.raises(errors.PlacementUnavailable):
+            sync.sync(tree(vcpus=16))  # a local change: synced at once
+    assert sync.view.get(ROOT) is None  # dropped
+    recorder.reset()
+    result = sync.sync(tree(vcpus=16))
+    assert result.read and len(result.operations) == 1
+    urls = [(m, u) for m, u, _ in recorder.requests]
+    assert ("GET", f"/resource_providers/{ROOT}/inventories") in urls  # re-read
+    assert (
+        get(operator, f"/resource_providers/{ROOT}/inventories")["inventories"]["VCPU"]["total"]
+        == 16
+    )

@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from rtagent.placement import errors
+from rtagent.placement.checkpoint import MetaRecord
 from rtagent.placement.sync import ProviderSync
 from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.resources import Inventory, frozen_map
@@ -183,3 +184,94 @@ def test_an_agent_with_the_default_interval(make_agent, make_conf, operator):
 
     due = agent.sync_status()[node]["next_placement_read"]
     assert 270 <= due - time.time() <= 300
+
+
+def restarted(make_agent, conf, recorder):
+    """The agent built again from the same state directory (a restart)."""
+    return make_agent(conf, observer=recorder)
+
+
+def test_a_restart_with_nothing_changed_reads_placement_within_the_interval_not_at_once(
+    make_agent, make_conf, operator
+):
+    """After a restart (a whole fleet's, at an upgrade) the agent resumes
+    from the view it last synced: its first audit sends nothing, and its
+    first look at Placement comes at a random point of the interval."""
+    recorder = Recorder()
+    conf = make_conf(rtagent__placement_refresh_interval=300)
+    agent = make_agent(conf, observer=recorder)
+    node = agent.tracker.node_uuid
+    agent.audit()
+    consumer = str(uuid.uuid4())
+    put_allocation(operator, consumer, {node: RES})
+    agent.tracker.instance_claim(consumer, TINY)
+    agent.audit()
+    agent.audit()
+    agent.close()
+
+    recorder.reset()
+    agent = restarted(make_agent, conf, recorder)
+    result = agent.audit()
+    assert not result.sync.read
+    assert recorder.count() == 0  # no listing, no inventories, no allocations
+    state = agent.sync_status()[node]
+    assert state["in_sync"]
+    assert time.time() <= state["next_placement_read"] <= time.time() + 300
+    # The restored view is Placement's (its ratios reach the tracker).
+    held = get(operator, f"/resource_providers/{node}/inventories")["inventories"]
+    assert agent.sync.placement_ratios(node)["VCPU"] == held["VCPU"]["allocation_ratio"]
+
+
+def test_a_restart_after_a_local_change_reads_placement_at_once(make_agent, make_conf, operator):
+    recorder = Recorder()
+    conf = make_conf(rtagent__placement_refresh_interval=300)
+    agent = make_agent(conf, observer=recorder)
+    node = agent.tracker.node_uuid
+    agent.audit()
+    agent.close()
+
+    conf.set_override("ram_allocation_ratio", 3.0)  # changed while down
+    recorder.reset()
+    agent = restarted(make_agent, conf, recorder)
+    assert agent.audit().sync.read
+    assert recorder.count("PUT") == 1
+    inventories = get(operator, f"/resource_providers/{node}/inventories")["inventories"]
+    assert inventories["MEMORY_MB"]["allocation_ratio"] == 3.0
+
+
+def test_a_restarted_sync_resumes_from_its_checkpoint(client, recorder, clock, operator):
+    """The checkpoint at the sync's level: the first read after the restart
+    comes at rng x the interval and costs the listing alone; a foreign
+    change made meanwhile is reconciled then."""
+    meta = {}
+    record = MetaRecord(meta.get, meta.__setitem__, "placement_view:x")
+    sync = ProviderSync(
+        client, rng=lambda: 0.0, refresh_interval=300, clock=clock, checkpoint=record
+    )
+    sync.sync(tree(), local=frozenset({"a"}))
+    assert meta  # written by the sync that read
+    written = dict(meta)
+    clock.now += 400
+    sync.sync(tree(), local=frozenset({"a"}))  # a due read, nothing changed
+    assert meta == written  # not written again
+
+    drop_trait(operator, ROOT, "CUSTOM_RT_REFRESH")  # while the agent is down
+    recorder.reset()
+    again = ProviderSync(
+        client, rng=lambda: 0.5, refresh_interval=300, clock=clock, checkpoint=record
+    )
+    assert not again.sync(tree(), local=frozenset({"a"})).read
+    assert again.refresh_due_in() == 150 and recorder.count() == 0
+    clock.now += 151
+    result = again.sync(tree(), local=frozenset({"a"}))
+    assert result.read and result.operations  # the trait is put back
+    # The listing, then the provider whose generation moved (inventories,
+    # traits); the custom trait's PUT and the provider's.
+    assert recorder.count("GET") == 3
+    assert MANAGED <= traits_of(operator, ROOT)
+
+    # Another consumer since (a claim replayed from the journal): read at once.
+    third = ProviderSync(
+        client, rng=lambda: 0.5, refresh_interval=300, clock=clock, checkpoint=record
+    )
+    assert third.sync(tree(), local=frozenset({"a", "b"})).read

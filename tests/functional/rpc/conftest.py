@@ -67,7 +67,7 @@ class Served:
                 conf,
                 adapter=placement_adapter(self.proxy.endpoint, placement_timeout),
                 # A failed sync is retried on the next audit, not after a pause.
-                make_backoff=lambda: SyncBackoff(base_delay=0, max_delay=0),
+                make_backoff=lambda: SyncBackoff(window=0),
             )
             self.agent.audit()
             self.transport = transport.get_transport(conf)
