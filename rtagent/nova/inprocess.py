@@ -56,6 +56,9 @@ def agent_conf(nova_conf, host, state_path):
     # (a trait an admin added or removed) reconciled at the next periodic;
     # the embedded agent has no such hook yet, so it does not cache.
     conf.set_override("placement_refresh_interval", 0, group="rtagent")
+    # nova's tracker retries a failed sync at its next periodic, not after
+    # a backoff; a fleet-wide spread is the daemon's concern.
+    conf.set_override("placement_retry_window", 0, group="rtagent")
     conf.set_override("reserved_huge_pages", numa.reserved_huge_pages(nova_conf))
     location = nova_conf.compute.provider_config_location
     conf.set_override("provider_config_location", location, group="compute")
