@@ -108,7 +108,7 @@ def build(workdir, endpoint):
         conf,
         driver=TwoNodes(builder.libvirt_driver(conf)),
         adapter=admin_adapter(endpoint),
-        make_backoff=lambda: SyncBackoff(base_delay=0, max_delay=0),
+        make_backoff=lambda: SyncBackoff(window=0),
     )
 
 

@@ -52,7 +52,7 @@ def make_numa_agent(placement, make_conf, tmp_path):
             driver=driver,
             adapter=make_adapter(placement.endpoint),
             observer=observer,
-            make_backoff=lambda: SyncBackoff(base_delay=0, max_delay=0),
+            make_backoff=lambda: SyncBackoff(window=0),
         )
         agents.append(agent)
         return agent
