@@ -90,6 +90,10 @@ class PinnedAllocations:
         self._client = client
         self._max_reads = max_consumer_reads
         self._checked = {}  # consumer -> the pinned count it was checked for
+        # The instances tuple of the last pass that left nothing to do: the
+        # tracker hands out the same tuple while its state is unchanged, so
+        # a steady tick costs one identity test, not a scan of every instance.
+        self._settled = None
 
     def check(self, root, instances):
         """Look at the pinned ``instances`` not checked yet.
@@ -100,10 +104,13 @@ class PinnedAllocations:
         :returns: the :class:`Correction` values written.
         :raises PlacementUnavailable: stop; the next pass looks again.
         """
+        if instances is self._settled:
+            return ()
         pinned = {i.uuid: i for i in instances if i.resources.get("PCPU", 0)}
         self._checked = {c: n for c, n in self._checked.items() if c in pinned}
         new = sorted(c for c, i in pinned.items() if self._checked.get(c) != i.resources["PCPU"])
         if not new:
+            self._settled = instances
             return ()
         bodies = {}  # consumer -> its GET /allocations body, when read
         if len(new) > self._max_reads:
