@@ -156,23 +156,6 @@ def instance_topology(flavor, image_meta, placed):
     return requested
 
 
-def running_cpus(instance):
-    """The host CPUs ``instance``'s ``numa_topology`` pins it to (every
-    cell's ``cpu_pinning`` and ``cpuset_reserved``), sorted, for the
-    claim of a guest that already runs (RPC ``running_cpus``); None when
-    it pins none."""
-    topology = instance.numa_topology
-    if topology is None:
-        return None
-    found = set()
-    for cell in topology.cells:
-        if cell.obj_attr_is_set("cpu_pinning_raw") and cell.cpu_pinning:
-            found |= set(cell.cpu_pinning.values())
-        if cell.obj_attr_is_set("cpuset_reserved") and cell.cpuset_reserved:
-            found |= set(cell.cpuset_reserved)
-    return sorted(found) or None
-
-
 def compute_node_topology(driver_topology, view_topology):
     """``ComputeNode.numa_topology`` (nova's JSON of a ``NUMATopology``):
     the virt driver's cells (its JSON string, for what the agent does not

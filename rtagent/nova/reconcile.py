@@ -30,9 +30,8 @@ _UNDONE = frozenset({"reverted", "error", "failed", "cancelled"})
 def reconcile(link, context, host, cn, claim):
     """Bring the agent's claims on ``cn`` to what nova's database says.
 
-    :param claim: callable(context, instance, cn, limits, running=) that
-        claims an instance through the agent (raises AgentRefused);
-        ``running`` says it already runs there.
+    :param claim: callable(context, instance, cn, limits) that claims an
+        instance through the agent (raises AgentRefused).
     """
     status = link.call("get_status", node_uuid=cn.uuid)
     moving = set()
@@ -66,7 +65,7 @@ def reconcile(link, context, host, cn, claim):
         ):
             continue
         try:
-            claim(context, instance, cn, None, running=True)
+            claim(context, instance, cn, None)
         except AgentRefused as exc:
             LOG.error(
                 "Instance %s is on node %s in nova's database but the agent refuses its claim: %s",

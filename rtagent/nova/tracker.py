@@ -242,17 +242,8 @@ class RtagentResourceTracker:
         self._write_node(cn)
         return claims.Claim(context, instance, nodename, self)
 
-    def _claim(self, context, instance, cn, limits, running=False):
-        """The agent's claim of ``instance`` on ``cn``: its reply.
-
-        :param running: the instance already runs on the node (a claim
-            after the fact): a pinned one keeps the CPUs its
-            ``numa_topology`` pins it to, rather than the agent choosing.
-        """
-        cpus = (
-            numa.running_cpus(instance) if running and cn.uuid not in self._without_cells else None
-        )
-        extra = {"running_cpus": cpus} if cpus else {}
+    def _claim(self, context, instance, cn, limits):
+        """The agent's claim of ``instance`` on ``cn``: its reply."""
         return self.link.call(
             "instance_claim",
             node_uuid=cn.uuid,
@@ -262,7 +253,6 @@ class RtagentResourceTracker:
             project_id=requests.project_id(instance),
             limits=requests.limits(limits),
             **self._numa_request(cn, instance.flavor, instance.image_meta),
-            **extra,
         )
 
     def _numa_request(self, cn, flavor, image_meta):
