@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import time
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(TOP, "docs", "nova.md")
@@ -49,9 +50,13 @@ SUITES = (
 RPC_SUITE = r"^nova\.tests\.functional\.test_servers\.ServerMovingTests\."
 # Wall-clock limits of one stestr run and of the rerun of its failures
 # (seconds); nova's own per-test OS_TEST_TIMEOUT is 300 s, but a test
-# stuck outside eventlet's reach does not see it.
+# stuck outside eventlet's reach does not see it, so one test that runs
+# longer than TEST_WALL is stopped (named "hung", counted as failed) and
+# the run goes on with the tests it had not started.
 RUN_WALL = 1800
 RERUN_WALL = 900
+TEST_WALL = 420
+POLL = 10
 _EXCEPTION = re.compile(r"^\|\s*`(nova\.tests\.functional\.[\w.]+)`\s*\|")
 
 
@@ -74,50 +79,95 @@ def run(workdir, regex, mode, concurrency, listed=frozenset()):
     env.pop("RTAGENT_NOVA_TRACKER", None)
     if mode:
         env["RTAGENT_NOVA_TRACKER"] = mode
-    stestr = [sys.executable, "-m", "stestr"]
-    stream_path = os.path.join(workdir, "last.subunit")
-
-    def stestr_run(*args, wall):
-        # The stream is read as it was written, so a run stopped at its
-        # wall-clock limit still reports every test that ended; one that
-        # started and never ended is named "hung" (and counts as failed)
-        # instead of stalling make test-nova until CI's own limit.
-        with open(stream_path, "wb") as out:
-            proc = subprocess.Popen(
-                [*stestr, "run", "--subunit", *args],
-                cwd=workdir,
-                env=env,
-                stdout=out,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            try:
-                proc.wait(timeout=wall)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                print(f"{mode or 'baseline'}: stopped after {wall} s (wall-clock limit)")
-        with open(stream_path, "rb") as f:
-            found = statuses(f.read())
-        found.pop("subunit.parser", None)  # a stream cut by the kill
-        for test, status in found.items():
-            if status == "inprogress":
-                print(f"{mode or 'baseline'}: hung {test}")
-                found[test] = "fail"
-        return found
-
-    found = stestr_run("--concurrency", str(concurrency), regex, wall=RUN_WALL)
+    stestr = Stestr(workdir, env, mode or "baseline")
+    found = stestr.run([regex], concurrency, wall=RUN_WALL)
     failed = sorted(t for t, s in found.items() if s == "fail" and t not in listed)
     if failed:
         load_list = os.path.join(workdir, "rerun.txt")
         with open(load_list, "w") as f:
             f.write("".join(f"{test}\n" for test in failed))
-        again = stestr_run("--load-list", load_list, "--concurrency", "1", wall=RERUN_WALL)
+        again = stestr.run(["--load-list", load_list], 1, wall=RERUN_WALL)
         for test in failed:
             if again.get(test) == "success":
                 print(f"{mode or 'baseline'}: rerun_passed {test}")
                 found[test] = "success"
     return found
+
+
+class Stestr:
+    """stestr runs of nova's tests, watched as they go.
+
+    The subunit stream is read as it is written, so a run stopped at a
+    wall-clock limit still reports every test that ended. A test that
+    started and never ended is named "hung" (and counts as failed) instead
+    of stalling make test-nova until CI's own limit; after one, the tests
+    not finished yet go on in a new stestr run.
+    """
+
+    def __init__(self, workdir, env, label):
+        self.workdir, self.env, self.label = workdir, env, label
+        self.stream_path = os.path.join(workdir, "last.subunit")
+
+    def run(self, tests, concurrency, wall):
+        """{test id: status} of ``tests`` (stestr arguments) within ``wall``
+        seconds; a test never run is "not run"."""
+        deadline = time.monotonic() + wall
+        found = {}
+        while True:
+            part, hung = self._one(tests, concurrency, deadline)
+            for test in hung:
+                print(f"{self.label}: hung {test}")
+                part[test] = "fail"
+            found.update(part)
+            left = sorted(t for t, s in found.items() if s in ("exists", "inprogress"))
+            if not (hung and left and time.monotonic() < deadline):
+                break
+            tests = ["--load-list", os.path.join(self.workdir, "left.txt")]
+            with open(tests[1], "w") as f:
+                f.write("".join(f"{test}\n" for test in left))
+        for test, status in found.items():
+            if status in ("exists", "inprogress"):
+                found[test] = "not run"
+        return found
+
+    def _one(self, tests, concurrency, deadline):
+        """({test id: status}, [hung test ids]) of one stestr process."""
+        started, hung = {}, []
+        command = [sys.executable, "-m", "stestr", "run", "--subunit"]
+        with open(self.stream_path, "wb") as out:
+            proc = subprocess.Popen(
+                [*command, "--concurrency", str(concurrency), *tests],
+                cwd=self.workdir,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            while True:
+                try:
+                    proc.wait(timeout=POLL)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                running = [t for t, s in self._read().items() if s == "inprogress"]
+                started = {t: started.get(t, now) for t in running}
+                if now >= deadline:
+                    print(f"{self.label}: stopped after its wall-clock limit")
+                    hung = running
+                else:
+                    hung = [t for t, t0 in started.items() if now - t0 > TEST_WALL]
+                if hung:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    break
+        found = self._read()
+        found.pop("subunit.parser", None)  # a stream cut by the kill
+        return found, hung
+
+    def _read(self):
+        with open(self.stream_path, "rb") as f:
+            return statuses(f.read())
 
 
 def statuses(stream):

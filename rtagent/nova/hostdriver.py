@@ -48,6 +48,7 @@ class NovaHostDriver(HostDriver):
         self._cpu_sets = cpu_sets
         self._mutex = threading.Lock()
         self._resources = {}
+        self._primed = {}
         # Every trait update_provider_tree ever put on a root: one it stops
         # reporting is removed, as nova's tracker removes it.
         self._reported_traits = set()
@@ -68,6 +69,19 @@ class NovaHostDriver(HostDriver):
             found = self._resources.get(nodename)
         return dict(found) if found is not None else None
 
+    def prime(self, nodename, reading):
+        """Hand over a ``get_available_resource`` reading of ``nodename``
+        the caller took just now: the next :meth:`read_nodes` uses it
+        instead of asking the driver again, once.
+
+        nova's tracker reads the node for its ComputeNode record right
+        before it has the agent audit; a second reading would cost the
+        driver's work twice per periodic (the libvirt driver queries nova's
+        database for it too).
+        """
+        with self._mutex:
+            self._primed[nodename] = reading
+
     def read_host(self):
         views = self.read_nodes()
         if not views:
@@ -79,10 +93,15 @@ class NovaHostDriver(HostDriver):
 
         :raises HostReadError: the driver failed to answer.
         """
+        with self._mutex:
+            primed, self._primed = self._primed, {}
         try:
             names = sorted(self._driver.get_available_nodes())
             traits = frozenset(t for t, on in self._capabilities().items() if on)
-            readings = {name: self._driver.get_available_resource(name) for name in names}
+            readings = {
+                name: primed[name] if name in primed else self._driver.get_available_resource(name)
+                for name in names
+            }
             shared, dedicated = self._cpu_sets() if self._cpu_sets is not None else (None, None)
         except Exception as exc:
             raise errors.HostReadError(what="nova virt driver", reason=str(exc)) from exc

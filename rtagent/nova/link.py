@@ -54,9 +54,16 @@ class LocalLink:
     def call(self, method, **args):
         return unwrap(method, getattr(self._endpoint, method)({}, **args))
 
-    def audit(self):
+    def audit(self, nodename=None, reading=None):
         """Run one audit now (read the host, sync Placement). The daemon
-        audits on its own; only an embedded agent needs telling."""
+        audits on its own; only an embedded agent needs telling.
+
+        :param reading: the ``get_available_resource`` of ``nodename`` the
+            caller has just taken; the audit uses it instead of reading
+            that node again.
+        """
+        if reading is not None:
+            self.agent.driver.prime(nodename, reading)
         self.agent.audit()
 
     def close(self):
@@ -75,7 +82,7 @@ class RpcLink:
     def call(self, method, **args):
         return unwrap(method, self._client.call(method, **args))
 
-    def audit(self):
+    def audit(self, nodename=None, reading=None):
         """The daemon audits on its own schedule: nothing to do."""
 
     def close(self):

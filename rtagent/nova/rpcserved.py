@@ -35,8 +35,8 @@ class ServedLink(RpcLink):
         # The served agent, for tests that look at it directly.
         self.agent = local.agent
 
-    def audit(self):
-        self._local.audit()
+    def audit(self, nodename=None, reading=None):
+        self._local.audit(nodename, reading)
 
     def close(self):
         self._server.stop()

@@ -126,11 +126,11 @@ class RtagentResourceTracker:
         Placement is synced outside the tracker lock (network I/O never
         runs under it).
         """
-        resources = self.driver.get_available_resource(nodename)
-        if not resources:
+        reading = self.driver.get_available_resource(nodename)
+        if not reading:
             LOG.warning("Virt driver does not report node %s", nodename)
             return
-        resources = dict(resources, host_ip=_my_ip())
+        resources = dict(reading, host_ip=_my_ip())
         if not resources.get("uuid"):
             from nova.virt import node as virt_node
 
@@ -140,7 +140,9 @@ class RtagentResourceTracker:
         self._record_node(context, nodename, resources)
         self._sync_disabled(context, resources["uuid"])
         try:
-            self.link.audit()
+            # The agent audits from this same reading: nova's own tracker
+            # reads the driver once per periodic.
+            self.link.audit(nodename, reading)
         except RtagentError as exc:
             # nova's callers (and its tests) know this failure by this name.
             LOG.error("Audit of node %s failed: %s", nodename, exc)
