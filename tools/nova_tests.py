@@ -55,7 +55,7 @@ RPC_SUITE = r"^nova\.tests\.functional\.test_servers\.ServerMovingTests\."
 # the run goes on with the tests it had not started.
 RUN_WALL = 1800
 RERUN_WALL = 900
-TEST_WALL = 420
+TEST_WALL = 330
 POLL = 10
 _EXCEPTION = re.compile(r"^\|\s*`(nova\.tests\.functional\.[\w.]+)`\s*\|")
 
