@@ -17,11 +17,20 @@ Phases and figures (key=value lines, the last a summary):
   Placement requests per agent-tick, reads and writes; Placement CPU per
   agent-tick (gunicorn master and workers, ``/proc/<pid>/task/*/schedstat``)
   and PostgreSQL's beside it; the agents' own CPU; the p50/p99 latency of
-  the requests as the agents' client sees it (RequestObserver seconds).
+  the requests as the agents' client sees it (RequestObserver seconds);
+  RabbitMQ messages per agent per production minute, counted at the broker
+  (the agents send the daemon's notifications, instance-info sync every
+  ``instance_info_interval`` scaled; ``--no-rabbit`` leaves them out).
   Targets: <= 0.2 requests per agent-tick (refresh 300 s), 0 writes.
 - ``nova_reference``: nova 34.0.0's audit for the same 20 instances, from
   its per-tick formula (N+2 reads per tick, +4 every 5th: 22.8), times this
   run's Placement CPU per steady request: computed, never measured here.
+- ``phase=foreign``: an operator edits one provider's allocation ratios
+  through the Placement API: MEMORY_MB's, which the agents leave unset (the
+  agent adopts it: seconds until its compute-node view reports it, and
+  Placement still holds it at the end), and VCPU's, which they configure
+  (seconds until Placement holds the configured one again). Target: both
+  within the refresh interval plus one tick.
 - ``phase=outage``: the gunicorn master and workers stopped (clients are
   refused) for ``--outage-s`` production seconds, then started again on the
   same port; the outage ends when every worker serves again. The app is
@@ -40,19 +49,24 @@ Phases and figures (key=value lines, the last a summary):
 - ``check``: every agent's plan against Placement is empty (converged),
   every node tracks its 20 instances with no drift.
 
-VOID: setup failed; a steady audit failed, or the steady phase saw no
-request or lasted less than two refresh intervals; no agent met the
-outage (nothing recovered); or a node did not converge. Negative control:
+VOID: setup failed; RabbitMQ not installed (without ``--no-rabbit``); a
+steady audit failed, or the steady phase saw no request (or, with RabbitMQ,
+no notification) or lasted less than two refresh intervals; the operator's
+edit was refused; no agent met the outage (nothing recovered); or a node
+did not converge. Negative control:
 ``--refresh-interval 0`` (every audit reads Placement, as before issue
 17's interval) must MISS the steady target.
 """
 
 import argparse
+import concurrent.futures
+import contextlib
 import logging
 import os
 import random
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,6 +74,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import fleet
 from benchmarks.common.load import answered, cpu_delta, kinds, latency, peak, postgres_cpu
 from benchmarks.common.verdict import run as run_benchmark
+from rtagent.testing import rabbitmq
 from rtagent.testing.placement_gunicorn import placement_on_postgres
 
 INSTANCES = 20
@@ -88,6 +103,12 @@ def parse_args(argv):
     parser.add_argument("--outage-s", type=float, default=60.0, help="production seconds")
     parser.add_argument("--observe-ticks", type=int, default=3)
     parser.add_argument("--placement-workers", type=int, default=4)
+    parser.add_argument(
+        "--no-rabbit",
+        action="store_true",
+        help="no notifications (and no RabbitMQ figure); by default every agent "
+        "sends the daemon's notifications to a private RabbitMQ",
+    )
     return parser.parse_args(argv)
 
 
@@ -112,11 +133,14 @@ def wait_in_sync(agents, start, until):
 
 def steady(run, k, tick):
     placement, agents, recorder = run["placement"], run["agents"], run["recorder"]
+    broker = run["broker"]
     failures0 = sum(a.loop.failures for a in agents)
     cpu0, db0 = placement.cpu_by_pid(), postgres_cpu(placement.postgres)
+    messages0 = broker.messages() if broker is not None else None
     own0, t0 = time.process_time(), time.monotonic()
     time.sleep(run["args"].steady_ticks * tick)
     t1 = time.monotonic()
+    messages = broker.messages() - messages0 if broker is not None else None
     cpu = cpu_delta(cpu0, placement.cpu_by_pid())
     db = postgres_cpu(placement.postgres) - db0
     own = time.process_time() - own0
@@ -154,6 +178,16 @@ def steady(run, k, tick):
         f"agent_cpu_ms_per_agent_tick={out['agent_cpu_ms']:.3f} {latency(records)} "
         f"failed_requests={out['failed']} audit_failures={out['audit_failures']}"
     )
+    if messages is not None:
+        minutes = (t1 - t0) / run["scale"].factor / 60
+        out["messages"] = messages / k / minutes
+        print(
+            f"phase=steady k={k} rabbitmq_messages={messages} "
+            f"rabbitmq_messages_per_agent_minute={out['messages']:.3f} "
+            f"basis=broker_queue_{fleet.Broker.QUEUE}_depth "
+            f"(notifications; the agents here serve no RPC: a steady agent receives "
+            f"no RPC message unless a conductor calls it)"
+        )
     nova_cpu = NOVA_REQUESTS_PER_TICK * out["cpu_ms_per_request"]
     print(
         f"nova_reference k={k} instances_per_agent={INSTANCES} "
@@ -182,6 +216,67 @@ def burst(run, k, tick, start, end, name, base):
     )
     print(f"phase={name} k={k} request_kinds={kinds(records)}")
     return ratio
+
+
+def foreign(run, k, tick):
+    """An operator edits one provider's inventories through the Placement
+    API, in one request: the MEMORY_MB allocation ratio (the agents leave
+    ``ram_allocation_ratio`` unset, so Placement's value is theirs to adopt)
+    and the VCPU one (``cpu_allocation_ratio`` is configured, so the agent
+    puts its own back). Seconds until that agent's compute-node view reports
+    the new memory ratio, and until Placement holds the configured VCPU
+    ratio again; the memory ratio must still be the operator's at the end.
+    Target: both within the refresh interval plus one tick (the audit that
+    reads it)."""
+    agent = run["agents"][0]
+    tracker = agent.agent.nodes.get(agent.agent.nodes.primary_uuid)
+    configured = agent.conf().cpu_allocation_ratio
+    api = run["placement"].admin_adapter()
+    url = f"/resource_providers/{tracker.node_uuid}/inventories"
+    body = api.get(url).json()
+    memory = body["inventories"]["MEMORY_MB"]
+    ram = 1.5 if memory["allocation_ratio"] != 1.5 else 2.0
+    memory["allocation_ratio"] = ram
+    body["inventories"]["VCPU"]["allocation_ratio"] = 2.0
+    t0 = time.monotonic()
+    resp = api.put(url, json=body, raise_exc=False)
+    limit = t0 + run["scale"].refresh_interval + 2 * tick
+    adopted = reverted = None
+    next_look = t0
+    while resp.status_code == 200 and time.monotonic() < limit:
+        now = time.monotonic()
+        if (
+            adopted is None
+            and tracker.compute_node_view("127.0.0.1")["ram_allocation_ratio"] == ram
+        ):
+            adopted = now - t0
+        if reverted is None and now >= next_look:
+            # Placement itself, every half second (not every poll).
+            next_look = now + 0.5
+            if api.get(url).json()["inventories"]["VCPU"]["allocation_ratio"] == configured:
+                reverted = time.monotonic() - t0
+        if adopted is not None and reverted is not None:
+            break
+        time.sleep(POLL_S)
+    kept = api.get(url).json()["inventories"]["MEMORY_MB"]["allocation_ratio"] == ram
+    target = run["scale"].refresh_interval + tick
+    ok = kept and all(t is not None and t <= target for t in (adopted, reverted))
+    factor = run["scale"].factor
+
+    def shown(seconds):
+        if seconds is None:
+            return "never", "never"
+        return f"{seconds:.2f}", f"{seconds / factor:.0f}"
+
+    (a_s, a_p), (r_s, r_p) = shown(adopted), shown(reverted)
+    print(
+        f"phase=foreign k={k} operator_put_status={resp.status_code} "
+        f"memory_ratio_set={ram:g} adopted_after_s={a_s} (production {a_p}) "
+        f"vcpu_ratio_set=2 configured={configured:g} restored_after_s={r_s} (production {r_p}) "
+        f"target_s={target:g} (production {target / factor:.0f}) "
+        f"memory_ratio_kept={kept} verdict={verdict(ok)}"
+    )
+    return {"status": resp.status_code, "adopted": adopted, "reverted": reverted, "ok": ok}
 
 
 def outage(run, k, tick, base):
@@ -265,13 +360,24 @@ def setup(run, k):
     starts, so the due reads are spread; the herd phase shows what one
     restart does); then a tick more of warm-up."""
     placement = run["placement"]
-    api = placement.admin_adapter()  # the scheduler's writes
+    local = threading.local()
+
+    def place(agent):
+        if not hasattr(local, "api"):
+            local.api = placement.admin_adapter()  # the scheduler's writes
+        agent.place(local.api)
+
     rss0, t0 = fleet.rss_mb(), time.monotonic()
     for i in range(k):
-        agent = fleet.FleetAgent(i, run["root"], run["scale"], run["recorder"], placement.endpoint)
+        agent = fleet.FleetAgent(
+            i, run["root"], run["scale"], run["recorder"], placement.endpoint, run["broker"]
+        )
         run["agents"].append(agent)
         agent.build()
-        agent.place(api)
+    # One scheduler per Placement worker: at K = 1,000 the 20,000
+    # allocations take minutes one at a time.
+    with concurrent.futures.ThreadPoolExecutor(run["args"].placement_workers) as pool:
+        list(pool.map(place, run["agents"]))
     rss1 = fleet.rss_mb()
     print(
         f"setup k={k} seconds={time.monotonic() - t0:.1f} "
@@ -295,6 +401,8 @@ def phases(run, k):
         void.append("steady_audits_failed")
     if not base["requests"]:
         void.append("steady_saw_no_request")
+    if base.get("messages") == 0:
+        void.append("steady_saw_no_notification")
     if run["args"].steady_ticks * tick < 2 * run["scale"].refresh_interval:
         # Each agent reads once per interval: a shorter window counts
         # where the agents' phases happen to fall, not a rate.
@@ -303,6 +411,11 @@ def phases(run, k):
         missed.append("steady")
     if base["writes"]:
         missed.append("steady_writes")
+    fr = foreign(run, k, tick)
+    if fr["status"] != 200:
+        void.append("operator_edit_refused")
+    elif not fr["ok"]:
+        missed.append("foreign_ratio")
     out = outage(run, k, tick, base)
     if not out["met"]:
         void.append("no_agent_met_the_outage")
@@ -318,20 +431,28 @@ def phases(run, k):
     print(f"check k={k} converged={converged}/{k} instances_tracked={tracked} drift={drift}")
     if converged < k or tracked != k * INSTANCES or drift:
         void.append("not_converged")
-    return {"steady": base, "recovery": out, "herd": hd}, missed, void
+    return {"steady": base, "foreign": fr, "recovery": out, "herd": hd}, missed, void
 
 
 def print_summary(k, figures, missed, void):
     base, out, hd = figures["steady"], figures["recovery"], figures["herd"]
     word = "VOID" if void else "MISS" if missed else "PASS"
     recovery = "never" if out["ticks"] is None else f"{out['ticks']:.2f}"
+    fr = figures["foreign"]
+    rabbit = f"{base['messages']:.3f}" if "messages" in base else "not_measured"
+    fr_seen = " ".join(
+        "never" if fr[key] is None else f"{fr[key]:.2f}" for key in ("adopted", "reverted")
+    )
     print(
         f"summary k={k} steady_requests_per_agent_tick={base['rate']:.3f} "
         f"(target <= {MAX_STEADY_REQUESTS_PER_AGENT_TICK}) "
         f"steady_writes_per_agent_tick={base['writes']:.3f} (target 0) "
+        f"foreign_ratio_adopted_restored_s={fr_seen.replace(' ', ',')} "
+        f"(target <= refresh interval + 1 tick) "
         f"recovery_in_sync_ticks={recovery} (target <= {MAX_RECOVERY_TICKS:g}) "
         f"recovery_burst_ratio={out['ratio']:.2f} (target <= {MAX_BURST_RATIO:g}) "
         f"herd_burst_ratio={hd['ratio']:.2f} (target <= {MAX_BURST_RATIO:g}) "
+        f"rabbitmq_messages_per_agent_minute={rabbit} "
         f"nova_requests_per_agent_tick={NOVA_REQUESTS_PER_TICK:g} (computed) "
         f"missed={','.join(missed) or 'none'} void={','.join(void) or 'none'} {word}"
     )
@@ -343,28 +464,38 @@ def main(argv=None):
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     scale = fleet.Scale(args.scale, args.refresh_interval)
     print_header(args, scale)
-    with tempfile.TemporaryDirectory(prefix="rtagent-fleet-") as root:
-        with placement_on_postgres(
-            workers=args.placement_workers, preload=True, max_seconds=3600
-        ) as placement:
-            run = {
-                "args": args,
-                "root": root,
-                "scale": scale,
-                "placement": placement,
-                "recorder": fleet.Recorder(),
-                "agents": [],
-                # How long a (re)start takes to answer: the outage's
-                # restart begins that much before its end.
-                "start_s": placement.timings["start"],
-            }
-            try:
-                setup(run, args.k)
-                figures, missed, void = phases(run, args.k)
-            finally:
-                for agent in run["agents"]:
-                    if agent.agent is not None:
-                        agent.stop(final_audit=False)
+    with contextlib.ExitStack() as stack:
+        root = stack.enter_context(tempfile.TemporaryDirectory(prefix="rtagent-fleet-"))
+        broker = None
+        if not args.no_rabbit:
+            missing = rabbitmq.missing_requirements()
+            if missing:
+                print(f"setup rabbitmq=missing ({missing}); --no-rabbit runs without it")
+                print(f"summary k={args.k} void=rabbitmq_missing VOID")
+                return 1
+            broker = stack.enter_context(fleet.Broker(os.path.join(root, "rabbitmq")))
+        placement = stack.enter_context(
+            placement_on_postgres(workers=args.placement_workers, preload=True, max_seconds=3600)
+        )
+        run = {
+            "args": args,
+            "root": root,
+            "scale": scale,
+            "broker": broker,
+            "placement": placement,
+            "recorder": fleet.Recorder(),
+            "agents": [],
+            # How long a (re)start takes to answer: the outage's
+            # restart begins that much before its end.
+            "start_s": placement.timings["start"],
+        }
+        try:
+            setup(run, args.k)
+            figures, missed, void = phases(run, args.k)
+        finally:
+            for agent in run["agents"]:
+                if agent.agent is not None:
+                    agent.stop(final_audit=False)
     return 0 if print_summary(args.k, figures, missed, void) == "PASS" else 1
 
 

@@ -7,11 +7,15 @@ session, run by its own :class:`~rtagent.periodic.PeriodicLoop` thread with
 the daemon's start-up delay, audit interval and jitter (scaled by the
 caller). The test driver reports the machine's hostname for every host, so
 each connection is put behind :class:`NamedHost`, which answers the host's
-own name and passes every other call through.
+own name and passes every other call through. With a :class:`Broker`, each
+agent also sends the daemon's notifications
+(:class:`rtagent.rpc.notifier.Publisher`, poked after every audit as the
+daemon pokes it) to a real RabbitMQ, which counts them.
 """
 
 import os
 import random
+import subprocess
 import threading
 import time
 import uuid
@@ -24,6 +28,8 @@ from rtagent import conf as rtconf
 from rtagent.periodic import PeriodicLoop, Trigger
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.client import RequestObserver
+from rtagent.rpc import notifier, transport
+from rtagent.testing import rabbitmq
 from rtagent.testing.placement_server import admin_adapter
 
 # Production values the run scales (seconds); the retry window is
@@ -36,6 +42,7 @@ RETRY_WINDOW_S = 110.0
 SYNC_RETRY_DELAY_S = 0.2
 AUDIT_JITTER = 0.1
 PLACEMENT_TIMEOUT_S = 30.0
+INSTANCE_INFO_INTERVAL_S = 300  # [daemon] instance_info_interval's default
 
 
 class Recorder(RequestObserver):
@@ -84,16 +91,64 @@ class Scale:
         self.factor = factor
         self.audit_interval = max(1, round(AUDIT_INTERVAL_S * factor))
         self.refresh_interval = round(refresh_interval * factor)
+        self.instance_info_interval = INSTANCE_INFO_INTERVAL_S * factor
         self.startup_delay = STARTUP_DELAY_S * factor
         self.retry_window = RETRY_WINDOW_S * factor
         self.sync_retry_delay = SYNC_RETRY_DELAY_S * factor
 
 
+class Broker:
+    """A private RabbitMQ and one notification transport to it, shared by
+    the agents (the messages are what is counted, not the connections):
+    every notification lands in the ``notifications.info`` queue, which
+    nothing consumes, so its depth counts them at the broker."""
+
+    QUEUE = f"{transport.NOTIFICATION_TOPIC}.info"
+
+    def __init__(self, workdir):
+        self._broker = rabbitmq.RabbitMQ(workdir)
+        self._transport = None
+
+    def __enter__(self):
+        self._broker.start()
+        conf = rtconf.new_conf()
+        conf([], project="rtagent", default_config_files=[])
+        self._transport = transport.get_notification_transport(conf, url=self._broker.transport_url)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._transport is not None:
+            self._transport.cleanup()
+        self._broker.stop()
+
+    def sender(self, host):
+        return notifier.oslo_sender(self._transport, host)
+
+    def messages(self):
+        """Messages in the notifications queue (0 before the first)."""
+        ctl = os.path.join(rabbitmq.sbin_dir(), "rabbitmqctl")
+        out = subprocess.run(
+            [ctl, "-n", self._broker.nodename, "list_queues", "-q", "name", "messages"],
+            env=self._broker.env(),
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) == 2 and fields[0] == self.QUEUE:
+                return int(fields[1])
+        return 0
+
+
 class FleetAgent:
     """One agent: its files, its build, its loop thread."""
 
-    def __init__(self, index, root, scale, recorder, endpoint):
+    def __init__(self, index, root, scale, recorder, endpoint, broker=None):
         self.index = index
+        self.broker = broker
+        self.notifications = None
         self.name = f"fleet-host-{index:04d}"
         self.workdir = os.path.join(root, self.name)
         self.scale = scale
@@ -144,7 +199,23 @@ class FleetAgent:
             observer=self.observer,
             make_backoff=lambda: SyncBackoff(window=window),
         )
+        if self.broker is not None:
+            self.notifications = notifier.Publisher(
+                self.broker.sender(self.name),
+                self.agent,
+                self.name,
+                "127.0.0.1",
+                interval=self.scale.instance_info_interval,
+            )
         self._conf = conf
+
+    def _audit(self):
+        # As the daemon: the notifications look for changes after each audit.
+        try:
+            self.agent.audit()
+        finally:
+            if self.notifications is not None:
+                self.notifications.poke()
 
     def place(self, api):
         """First start: the node's provider, then its 20 instances claimed
@@ -167,7 +238,7 @@ class FleetAgent:
         when a failed sync's retry is due."""
         conf = self._conf
         self.loop = PeriodicLoop(
-            self.agent.audit,
+            self._audit,
             conf.rtagent.audit_interval,
             jitter=conf.daemon.audit_jitter,
             trigger=self.trigger,
@@ -176,6 +247,8 @@ class FleetAgent:
         if delay is None:
             delay = conf.daemon.startup_delay * random.random()
         self._stopping.clear()
+        if self.notifications is not None:
+            self.notifications.start()
 
         def run():
             if not self._stopping.wait(delay):
@@ -191,6 +264,8 @@ class FleetAgent:
             self.loop.stop()
             self._thread.join(60)
             assert not self._thread.is_alive(), f"{self.name}: audit loop did not stop"
+        if self.notifications is not None:
+            self.notifications.stop()
 
     def stop(self, final_audit=True):
         """Stop the loop; the daemon's final flush; close."""
