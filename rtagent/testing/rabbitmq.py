@@ -260,6 +260,7 @@ class RabbitMQ:
         self.epmd_port = free_port()
         self._epmd = subprocess.Popen(
             [_epmd_binary(), "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+            cwd=self.workdir,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -275,6 +276,9 @@ class RabbitMQ:
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 [os.path.join(sbin_dir(), "rabbitmq-server")],
+                # Erlang writes crash dumps (MnesiaCore.*, erl_crash.dump)
+                # where it runs: in the private directory, not the caller's.
+                cwd=self.workdir,
                 env=self.env(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
