@@ -111,9 +111,15 @@ class Broker:
 
     def __enter__(self):
         self._broker.start()
-        conf = rtconf.new_conf()
-        conf([], project="rtagent", default_config_files=[])
-        self._transport = transport.get_notification_transport(conf, url=self._broker.transport_url)
+        try:
+            conf = rtconf.new_conf()
+            conf([], project="rtagent", default_config_files=[])
+            url = self._broker.transport_url
+            self._transport = transport.get_notification_transport(conf, url=url)
+        except BaseException:
+            # __exit__ does not run for a failed __enter__: stop it here.
+            self._broker.stop()
+            raise
         return self
 
     def __exit__(self, *exc_info):
