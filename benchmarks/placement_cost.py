@@ -61,6 +61,14 @@ Ticks measured, at each N, and their targets:
   one, and the ratio only something gross, such as an O(N) request per
   deleted instance at N=1000.
 
+With PCI devices in Placement (``[pci] report_in_placement``), one row:
+PCI_DEVICES GPUs, each its own child provider, PCI_CLAIMS of them claimed
+by standalone claims (allocations on the root and on the GPU's provider),
+then TICKS steady audits: reads_per_tick <= 1 and writes_per_tick = 0, as
+without them (``--reread-every-tick`` makes it MISS too):
+
+    pci_providers=16 instances=8 reads_per_tick=R writes_per_tick=W placement_cpu_ms=T
+
 VOID: a Placement CPU figure of zero (nothing measured) or a steady tick
 that is not steady. ``nova_reference`` lines are nova 34.0.0's figures for
 the same data: measured (N = 0, 10, 100) with nova's own functional
@@ -106,6 +114,8 @@ MAX_READS_AFTER_MOVE = 6
 MAX_HEAL_REQUESTS_PER_DELETED = 4
 MAX_CPU_RATIO = 1.5
 MAX_DELETE_CPU_RATIO = 3.0
+PCI_DEVICES = 16
+PCI_CLAIMS = 8
 # nova 34.0.0, issue 6: measured with nova's functional harness at these N.
 NOVA_MEASURED = (0, 10, 100)
 
@@ -178,6 +188,18 @@ def host_xml(instances):
         "<node xmlns:test='http://libvirt.org/schemas/domain/test/1.0'>"
         "<cpu><mhz>2400</mhz><model>x86_64</model><nodes>1</nodes><sockets>1</sockets>"
         "<cores>4</cores><threads>1</threads></cpu><memory>67108864</memory>" + doms + "</node>"
+    )
+
+
+def gpu_xml(bus):
+    """A test-driver node device: a Tesla T4 at 0000:<bus>:00.0."""
+    return (
+        f"<device><name>pci_0000_{bus:02x}_00_0</name><parent>computer</parent>"
+        "<capability type='pci'><class>0x030200</class><domain>0</domain>"
+        f"<bus>{bus}</bus><slot>0</slot><function>0</function>"
+        "<product id='0x1eb8'>TU104GL [Tesla T4]</product>"
+        "<vendor id='0x10de'>NVIDIA Corporation</vendor><numa node='0'/>"
+        "</capability></device>"
     )
 
 
@@ -286,6 +308,54 @@ def measure(n, controls):
             out["refresh"] = refresh(workdir, path, placement, controls)
             out["refresh_interval"] = controls.refresh_interval
             return out
+
+
+def measure_pci(controls):
+    """The PCI row: {reads_per_tick, writes_per_tick, steady_cpu, providers}."""
+    instances = [str(uuid.uuid4()) for _ in range(PCI_CLAIMS)]
+    with tempfile.TemporaryDirectory(prefix="rtagent-bench-pci-") as workdir:
+        path = os.path.join(workdir, "host.xml")
+        devices = "".join(gpu_xml(0x10 + i) for i in range(PCI_DEVICES))
+        with open(path, "w") as f:
+            f.write(host_xml(instances).replace("</node>", devices + "</node>"))
+        conf = make_conf(workdir, f"test://{path}")
+        conf.set_override("device_spec", ['{"vendor_id": "10de", "product_id": "1eb8"}'], "pci")
+        conf.set_override(
+            "alias", ['{"name": "t4", "resource_class": "CUSTOM_PCI_10DE_1EB8"}'], "pci"
+        )
+        conf.set_override("report_in_placement", True, "pci")
+        with PlacementServer() as placement:
+            counter = Counter()
+            agent = builder.build_agent(conf, adapter=placement.admin_adapter(), observer=counter)
+            bench = Bench(
+                agent, placement.admin_adapter(), counter, PlacementCpu(placement.pid), controls
+            )
+            try:
+                agent.audit()
+                for inst in instances:
+                    agent.claim_standalone(
+                        inst,
+                        FLAVOR,
+                        project_id="bench",
+                        user_id="bench",
+                        pci_requests=[{"alias": "t4", "count": 1}],
+                    )
+                for _ in range(3):
+                    bench.tick()
+                node = agent.tracker.node_uuid
+                listed = bench.api.get(f"/resource_providers?in_tree={node}").json()
+                providers = len(listed["resource_providers"]) - 1
+                assert providers == PCI_DEVICES, f"{providers} PCI providers"
+                steady = [bench.tick() for _ in range(TICKS)]
+            finally:
+                agent.close()
+    requests = [r for rs, _ in steady for r in rs]
+    return {
+        "providers": providers,
+        "reads_per_tick": reads(requests) / TICKS,
+        "writes_per_tick": writes(requests) / TICKS,
+        "steady_cpu": statistics.median(s for _, s in steady),
+    }
 
 
 def refresh(workdir, path, placement, controls):
@@ -565,6 +635,22 @@ def main(argv=None):
         results.append(out)
         print_size(n, out)
         missed += [f"{name}@{n}" for name, ok in verdicts(n, out) if not ok]
+    try:
+        pci = measure_pci(controls)
+    except AssertionError as exc:
+        print(f"pci_providers={PCI_DEVICES} void_reason={'_'.join(str(exc).split())[:80]}")
+        void.append("scenario@pci")
+    else:
+        print(
+            f"pci_providers={pci['providers']} instances={PCI_CLAIMS} "
+            f"reads_per_tick={pci['reads_per_tick']:g} "
+            f"writes_per_tick={pci['writes_per_tick']:g} "
+            f"placement_cpu_ms={1000 * pci['steady_cpu']:.2f}"
+        )
+        if pci["reads_per_tick"] > MAX_READS_PER_TICK:
+            missed.append("reads_per_tick@pci")
+        if pci["writes_per_tick"] != 0:
+            missed.append("writes_per_tick@pci")
     print_nova_reference()
 
     def worst(key):

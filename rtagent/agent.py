@@ -5,7 +5,8 @@ tracker lock free of I/O:
 
 1. ``driver.read_nodes()``          hypervisor calls, no lock held;
 2. ``tracker.update_host(view)``     per node, lock held: memory only;
-3. ``desired_tree(snapshot)``        pure, then merged with provider configs;
+3. ``desired_tree(snapshot)``        pure (PCI providers included), then merged
+                                     with provider configs;
 4. ``sync.sync(desired)``            per node, Placement calls, no lock held;
 5. ``tracker.set_placement_ratios``  lock held: memory and one local write;
 6. healing of released consumers     Placement calls, no lock held.
@@ -19,8 +20,10 @@ import threading
 import time
 
 from rtagent import exception
+from rtagent.placement import pci as pci_providers
 from rtagent.placement import standalone
 from rtagent.placement.desired import desired_tree
+from rtagent.placement.tree import ProviderTree
 from rtagent.virt.errors import HypervisorUnavailable
 
 LOG = logging.getLogger(__name__)
@@ -54,6 +57,8 @@ class Agent:
         checks read its ``write_failure``).
     :param client: the PlacementClient, for standalone claims.
     :param provider_configs: a ProviderConfigSource, or None.
+    :param pci_in_placement: ``[pci] report_in_placement``: the node's PCI
+        devices are child providers (see :mod:`rtagent.placement.pci`).
     """
 
     def __init__(
@@ -65,9 +70,11 @@ class Agent:
         store=None,
         client=None,
         provider_configs=None,
+        pci_in_placement=False,
         clock=time.monotonic,
     ):
         self.driver = driver
+        self.pci_in_placement = pci_in_placement
         self.nodes = nodes
         self.provider_configs = provider_configs
         self._make_publisher = make_publisher
@@ -123,9 +130,13 @@ class Agent:
                 tracker.mark_host_unavailable(exc)
             raise
         results, errors = {}, []
-        for tracker, snapshot, desired in self._desired(views):
+        for tracker, snapshot, desired, pci in self._desired(views):
             try:
-                outcome = self.publisher(snapshot.node_uuid).publish(tracker, desired)
+                if isinstance(desired, exception.RtagentError):
+                    raise desired
+                outcome = self.publisher(snapshot.node_uuid).publish(
+                    tracker, desired, held=pci.held, drop=pci.drop
+                )
             except exception.RtagentError as exc:
                 LOG.warning("Sync of node %s failed: %s", snapshot.node_uuid, exc)
                 errors.append(exc)
@@ -140,20 +151,30 @@ class Agent:
         return AuditResult(primary[0], primary[1], self._clock() - started, results)
 
     def _desired(self, views):
-        """(tracker, snapshot, desired tree) per node, configs merged in."""
+        """(tracker, snapshot, desired tree, PCI report) per node, configs
+        merged in. A node whose PCI devices cannot be reported has its
+        error in place of its tree: its sync stops until the spec is fixed
+        (nova's periodic fails the same way), the other nodes go on."""
         managed = self.driver.managed_traits
         pending = []
         for tracker, view in self.nodes.assign(views):
             snapshot = tracker.update_host(view)
+            try:
+                pci = pci_providers.report(snapshot, self.pci_in_placement)
+            except exception.RtagentError as exc:
+                pending.append((tracker, snapshot, exc, pci_providers.Report()))
+                continue
             desired = desired_tree(
                 snapshot,
+                children=pci.layout.providers,
                 driver_traits=getattr(view, "traits", frozenset()),
                 managed_traits=managed,
             )
-            pending.append((tracker, snapshot, desired))
+            pending.append((tracker, snapshot, desired, pci))
         if self.provider_configs is not None:
-            merged = self.provider_configs.apply_all({s.node_uuid: d for _, s, d in pending})
-            pending = [(t, s, merged[s.node_uuid]) for t, s, _ in pending]
+            trees = {s.node_uuid: d for _, s, d, _ in pending if isinstance(d, ProviderTree)}
+            merged = self.provider_configs.apply_all(trees)
+            pending = [(t, s, merged.get(s.node_uuid, d), p) for t, s, d, p in pending]
         return pending
 
     def plan(self):
@@ -161,7 +182,9 @@ class Agent:
         desired tree and the operations a sync would send. Reads Placement,
         writes nothing there. :returns: list of (snapshot, desired, ops)."""
         planned = []
-        for _tracker, snapshot, desired in self._desired(self.driver.read_nodes()):
+        for _tracker, snapshot, desired, _pci in self._desired(self.driver.read_nodes()):
+            if isinstance(desired, exception.RtagentError):
+                raise desired
             ops = self.publisher(snapshot.node_uuid).sync.plan(desired)
             planned.append((snapshot, desired, ops))
         return planned
@@ -197,6 +220,13 @@ class Agent:
         See :func:`rtagent.placement.standalone.claim_standalone`.
         """
         tracker = self.nodes.get(node_uuid) if node_uuid else self.tracker
+        pci_allocations = None
+        if self.pci_in_placement:
+
+            def pci_allocations(held):
+                report = pci_providers.report(tracker.snapshot(), True)
+                return report.layout.allocations(held)
+
         return standalone.claim_standalone(
             tracker,
             self._client,
@@ -204,6 +234,7 @@ class Agent:
             flavor,
             project_id=project_id,
             user_id=user_id,
+            pci_allocations=pci_allocations,
             **kw,
         )
 

@@ -244,4 +244,5 @@ def build_agent(
         store=store,
         client=client,
         provider_configs=configs,
+        pci_in_placement=pci.report_in_placement,
     )

@@ -80,9 +80,10 @@ class NodePublisher:
         # Written by the audit thread only; other threads read whole values.
         self._heal_backlog = 0
 
-    def publish(self, tracker, desired):
+    def publish(self, tracker, desired, held=None, drop=frozenset()):
         """Sync ``desired``, then heal released consumers and look for
-        unknown ones. Audit thread only.
+        unknown ones. Audit thread only. ``held`` and ``drop``: see
+        :meth:`~rtagent.placement.sync.ProviderSync.sync`.
 
         :returns: the :class:`~rtagent.placement.sync.SyncResult`.
         :raises SyncBackingOff: an earlier failure's backoff is not over.
@@ -98,7 +99,9 @@ class NodePublisher:
         try:
             # A new, moved or deleted consumer makes the sync look at
             # Placement now, whatever its refresh interval.
-            outcome = self.sync.sync(desired, local=tracker.snapshot().known_consumers)
+            outcome = self.sync.sync(
+                desired, local=tracker.snapshot().known_consumers, held=held, drop=drop
+            )
             tracker.set_placement_ratios(self.sync.placement_ratios(self.node_uuid))
             self._heal(tracker, outcome.tree)
             self._check_unknown(tracker)

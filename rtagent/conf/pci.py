@@ -80,13 +80,16 @@ ALL_OPTS = [
         "report_in_placement",
         default=False,
         help="Report the devices of device_spec to Placement, as inventories of "
-        "child providers of the node (nova's option and default; nova does not let "
-        "it be turned off once on). The one_time_use tag needs it. It also sets how "
+        "child providers of the node named <hypervisor_hostname>_<ADDRESS>, one per PF "
+        "(counting its VFs) or standalone device; devices with a physical_network stay "
+        "off Placement (nova's option, model and default). Turning it on gives existing "
+        "instances their devices' allocations; unlike nova, it may be turned off again: "
+        "those allocations are removed and the providers deleted. The one_time_use tag "
+        "needs it. It also sets how "
         "aliases are read: when true, as nova reads them with [filter_scheduler] "
         "pci_in_placement on (a scheduler option, not rtagent's); when false, as "
         "with it off, and, when true, an alias's resource_class and traits are matched "
-        "against the devices a claim takes. rtagent reports no PCI devices to Placement "
-        "yet.",
+        "against the devices a claim takes.",
     ),
 ]
 

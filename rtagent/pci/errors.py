@@ -65,3 +65,13 @@ class InvalidTransition(PciError):
 
     code = "pci.invalid_transition"
     msg_fmt = "PCI device {address}: {reason}"
+
+
+class PlacementLayoutInvalid(PciError):
+    """The tracked devices cannot be reported to Placement as nova models
+    them (``[pci] report_in_placement``): a PF tracked together with its
+    VFs, or the VFs of one PF with different resource classes or traits.
+    The node's sync stops until ``[pci] device_spec`` is fixed."""
+
+    code = "pci.placement_layout_invalid"
+    msg_fmt = "PCI devices under {address} cannot be reported to Placement: {reason}"

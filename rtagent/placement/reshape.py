@@ -11,13 +11,22 @@ A and appears on exactly one provider B of the desired tree that did not
 have it moves from A to B, allocation by allocation, amount unchanged. Any
 other layout change with allocations on it is refused with
 :class:`~rtagent.placement.errors.ReshapeUnsupported`.
+
+Two more cases add or remove allocations rather than move them, for
+resources that were not in Placement before, or leave it (PCI devices as
+``[pci] report_in_placement`` is turned on or off): a class that appears on
+a provider is *seeded* with what the node's claims already hold of it
+(:func:`seeded`), and a provider being retired is *emptied* (:func:`emptied`).
 """
 
 import dataclasses
+import logging
 
 from rtagent.placement import diff as diffmod
 from rtagent.placement import errors
 from rtagent.placement.allocations import DEFAULT_CONSUMER_TYPE
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,22 +82,105 @@ def moved_allocations(client, found):
         consumers |= {c for c, res in allocs.items() if classes & set(res)}
     bodies = {}
     for consumer in sorted(consumers):
-        current = client.get_allocations(consumer)
-        allocs = {rp: dict(a["resources"]) for rp, a in current["allocations"].items()}
+        body = _body(client.get_allocations(consumer))
+        allocs = {rp: a["resources"] for rp, a in body["allocations"].items()}
         for move in found:
             amount = allocs.get(move.source, {}).pop(move.resource_class, 0)
             if amount:
                 dest = allocs.setdefault(move.dest, {})
                 dest[move.resource_class] = dest.get(move.resource_class, 0) + amount
-        bodies[consumer] = {
-            "allocations": {rp: {"resources": res} for rp, res in allocs.items() if res},
-            "project_id": current["project_id"],
-            "user_id": current["user_id"],
-            "consumer_generation": current["consumer_generation"],
-            "consumer_type": current.get("consumer_type") or DEFAULT_CONSUMER_TYPE,
-        }
+        bodies[consumer] = dict(
+            body, allocations={rp: {"resources": res} for rp, res in allocs.items() if res}
+        )
     return bodies
 
 
 def involved(found):
     return {m.source for m in found} | {m.dest for m in found}
+
+
+def seeded(view, ops, held):
+    """The part of ``held`` on classes that ``ops`` add to a provider (pure).
+
+    :param held: {consumer: {provider: {class: amount}}}, what the node's
+        claims hold by its own accounting.
+    :returns: {consumer: {provider: {class: amount}}}.
+    """
+    gained = set()
+    for op in ops:
+        if isinstance(op, diffmod.SetInventories):
+            before = view.get(op.uuid)
+            had = set(before.inventories) if before else set()
+            gained |= {(op.uuid, rc) for rc in set(op.inventories) - had}
+    found = {}
+    for consumer, allocs in (held or {}).items():
+        for rp, classes in allocs.items():
+            for rc, amount in classes.items():
+                if amount and (rp, rc) in gained:
+                    found.setdefault(consumer, {}).setdefault(rp, {})[rc] = amount
+    return found
+
+
+def with_seeded(client, bodies, seeds, root):
+    """``bodies`` (from :func:`moved_allocations`) with ``seeds`` (from
+    :func:`seeded`) added; one GET per consumer not already in ``bodies``.
+
+    A consumer that holds nothing on ``root`` in Placement is left alone:
+    its allocations on this node are not (or no longer) there, e.g. the
+    instance of a move in flight whose source side a migration holds.
+    """
+    bodies = dict(bodies)
+    for consumer in sorted(seeds):
+        body = bodies.get(consumer) or _body(client.get_allocations(consumer))
+        allocs = {rp: dict(a["resources"]) for rp, a in body["allocations"].items()}
+        if root not in allocs:
+            LOG.warning(
+                "Consumer %s holds nothing on provider %s: its allocations %s are not added",
+                consumer,
+                root,
+                seeds[consumer],
+            )
+            continue
+        for rp, classes in seeds[consumer].items():
+            allocs[rp] = {**allocs.get(rp, {}), **classes}
+        bodies[consumer] = dict(
+            body, allocations={rp: {"resources": r} for rp, r in allocs.items()}
+        )
+    return bodies
+
+
+def emptied(client, providers):
+    """The new allocations of every consumer holding anything on
+    ``providers``, without it. One GET per provider and per consumer.
+
+    :returns: {consumer: PUT /allocations body}.
+    """
+    consumers = set()
+    for rp in sorted(providers):
+        _, allocs = client.get_provider_allocations(rp)
+        consumers |= set(allocs)
+    bodies = {}
+    for consumer in sorted(consumers):
+        body = _body(client.get_allocations(consumer))
+        bodies[consumer] = dict(
+            body,
+            allocations={
+                rp: a for rp, a in body["allocations"].items() if rp not in set(providers)
+            },
+        )
+    return bodies
+
+
+def _body(current):
+    """A ``POST /reshaper`` allocation body of ``current`` (a
+    ``GET /allocations/{c}`` answer), unchanged."""
+    return {
+        "allocations": {
+            rp: {"resources": dict(a["resources"])}
+            for rp, a in (current.get("allocations") or {}).items()
+        },
+        "project_id": current["project_id"],
+        "user_id": current["user_id"],
+        "consumer_generation": current["consumer_generation"],
+        "consumer_type": current.get("consumer_type") or DEFAULT_CONSUMER_TYPE,
+    }

@@ -70,6 +70,7 @@ def claim_standalone(
     project_id,
     user_id,
     consumer_type="INSTANCE",
+    pci_allocations=None,
     **claim_kwargs,
 ):
     """Claim locally, then write the allocation to Placement.
@@ -86,6 +87,9 @@ def claim_standalone(
     is removed but stays *released*: if the write landed after all, healing
     removes it. A claim this call found already held is never undone.
 
+    :param pci_allocations: callable(held devices) -> {provider: {class:
+        amount}}, the allocations of the PCI devices the claim took (PCI
+        reported in Placement), written with the claim's; None: not reported.
     :returns: the tracker's Claim.
     :raises ComputeResourcesUnavailable etc.: the local claim failed.
     :raises ClaimPending: another standalone claim of the instance is in flight.
@@ -95,10 +99,13 @@ def claim_standalone(
         instance_uuid, flavor, project_id=project_id, pending=True, **claim_kwargs
     )
     try:
+        allocations = {claim.node_uuid: dict(claim.resources)}
+        if pci_allocations is not None and claim.pci_devices:
+            allocations.update(pci_allocations(claim.pci_devices))
         write_allocations(
             client,
             claim.instance_uuid,
-            {claim.node_uuid: dict(claim.resources)},
+            allocations,
             project_id=project_id or "",
             user_id=user_id,
             consumer_type=consumer_type,

@@ -55,6 +55,9 @@ class SyncResult:
     attempts: int
     operations: tuple
     reshaped: tuple = ()
+    # Consumers given allocations on a class new to a provider (see
+    # :func:`.reshape.seeded`), in the same reshape.
+    seeded: tuple = ()
     # The tree synced: the desired tree, with children known in Placement
     # under another UUID kept under theirs (:meth:`ProviderSync._same_names`).
     tree: object = None
@@ -210,7 +213,7 @@ class ProviderSync:
         desired = self._refresh(_root_uuid(desired), desired)
         return diffmod.diff(desired, self._view)
 
-    def sync(self, desired, local=None):
+    def sync(self, desired, local=None, held=None, drop=frozenset()):
         """Make Placement hold ``desired``.
 
         :param local: any value that changes when the node changes in a way
@@ -219,6 +222,15 @@ class ProviderSync:
             appear, a delete makes one to heal); with a refresh interval, a
             sync with the same tree and ``local`` as the last one, within
             the interval, sends nothing.
+        :param held: {consumer: {provider: {class: amount}}}: what the
+            node's claims hold on the desired tree's providers by local
+            accounting. Where a provider gains a class (PCI reporting turned
+            on), the consumers that already hold some of it are given their
+            allocations in the same ``POST /reshaper`` that adds it.
+        :param drop: UUIDs of child providers whose allocations may be
+            removed when the desired tree no longer has them (PCI reporting
+            turned off): they are emptied by a reshape, then deleted. Any
+            other retired provider with allocations on it is kept.
 
         :raises SyncConflictsExhausted: conflicts outlasted the policy.
         :raises ProviderNameTaken: our root's name belongs to another UUID.
@@ -258,16 +270,29 @@ class ProviderSync:
                 )
             found = reshape.moves(desired, self._view, ops)
             bodies = reshape.moved_allocations(self._client, found) if found else {}
+            seeds = reshape.seeded(self._view, ops, held)
+            if seeds:
+                bodies = reshape.with_seeded(self._client, bodies, seeds, root)
+                seeds = {c: a for c, a in seeds.items() if c in bodies}
             if bodies:
-                self._reshape(ops, found, bodies, desired)
+                touched = reshape.involved(found) | {rp for a in seeds.values() for rp in a}
+                self._reshape(ops, touched, bodies, desired)
                 retried = 0
+                LOG.info(
+                    "Reshaped provider tree: %s",
+                    "; ".join(
+                        [f"moved {m.resource_class} {m.source}->{m.dest}" for m in found]
+                        + [f"added {seeds[c]} to consumer {c}" for c in sorted(seeds)]
+                    ),
+                )
             else:
-                found = ()
+                found, seeds = (), {}
                 retried = self._apply_by_provider(root, ops, desired)
             return SyncResult(
                 attempts=number + retried,
                 operations=tuple(ops),
                 reshaped=tuple(found),
+                seeded=tuple(sorted(seeds)),
                 tree=desired,
             )
 
@@ -306,8 +331,8 @@ class ProviderSync:
                 "Placement updated: %s",
                 "; ".join(changes.describe(op, before) for op in result.operations),
             )
-        kept = self._retire(computed_on["desired"])
-        if self._refresh_interval and not kept and not result.reshaped:
+        kept = self._retire(computed_on["desired"], drop)
+        if self._refresh_interval and not kept and not (result.reshaped or result.seeded):
             # A refused delete is tried again at the next sync, and a reshape
             # leaves providers to re-read: neither may wait for the interval.
             due = self._clock() + self._refresh_interval * (1.0 - 0.1 * self._rng())
@@ -377,14 +402,16 @@ class ProviderSync:
             for p in desired
         )
 
-    def _retire(self, desired):
+    def _retire(self, desired, drop=frozenset()):
         """Delete the child providers an earlier desired tree had and this
-        one has not, children before parents. A provider Placement refuses
-        to delete (allocations still on it) is tried again next sync.
+        one has not, children before parents; those in ``drop`` are emptied
+        of allocations first. A provider Placement refuses to delete
+        (allocations still on it) is tried again next sync.
 
         :returns: the UUIDs of those kept that way."""
         wanted = {p.uuid for p in desired}
         retired = [u for u in self._children if u not in wanted and u in self._listed]
+        self._empty([u for u in retired if u in drop])
 
         def depth(uuid):
             hops, parent = 0, self._listed[uuid].get("parent_provider_uuid")
@@ -407,6 +434,32 @@ class ProviderSync:
             self._remember(children)
         self._children = children
         return kept
+
+    def _empty(self, uuids):
+        """Remove every allocation on ``uuids`` and their inventories, in
+        one ``POST /reshaper``. A conflict or refusal is logged: the
+        provider is then kept by the delete and tried again next sync."""
+        bodies = reshape.emptied(self._client, uuids) if uuids else {}
+        if not bodies:
+            return
+        payload = {
+            uuid: {
+                "resource_provider_generation": self._listed[uuid]["generation"],
+                "inventories": {},
+            }
+            for uuid in uuids
+        }
+        try:
+            self._write(self._client.reshape, payload, bodies)
+        except (errors.GenerationConflict, errors.PlacementRequestFailed) as exc:
+            LOG.warning("Allocations on providers %s not removed: %s", sorted(uuids), exc)
+            return
+        LOG.info(
+            "Reshaped provider tree: removed the allocations of %d consumer(s) from "
+            "provider(s) %s, no longer reported",
+            len(bodies),
+            ", ".join(sorted(uuids)),
+        )
 
     def _published(self, uuid):
         children = self._children | {uuid}
@@ -565,10 +618,9 @@ class ProviderSync:
                 provider = current.replace(generation=generation, traits=op.traits)
         self._view = view.with_provider(provider)
 
-    def _reshape(self, ops, found, bodies, desired):
-        """Apply ``ops``, the involved providers' inventories and the moved
-        allocations together through ``POST /reshaper``."""
-        touched = reshape.involved(found)
+    def _reshape(self, ops, touched, bodies, desired):
+        """Apply ``ops``, the ``touched`` providers' inventories and the new
+        allocations (``bodies``) together through ``POST /reshaper``."""
         held = [op for op in ops if isinstance(op, diffmod.SetInventories) and op.uuid in touched]
         for op in ops:
             if op not in held:
@@ -590,11 +642,6 @@ class ProviderSync:
             # Reshaper answers no generations: re-read those providers next.
             for uuid in touched:
                 self._view = self._view.without(uuid)
-        LOG.info(
-            "Reshaped provider tree: moved %s for %d consumer(s)",
-            ", ".join(f"{m.resource_class} {m.source}->{m.dest}" for m in found),
-            len(bodies),
-        )
 
     def _ensure_custom(self, names, create):
         """Create the custom names among ``names`` not known to exist."""

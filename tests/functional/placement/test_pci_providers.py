@@ -1,0 +1,197 @@
+"""PCI devices in a real Placement (``[pci] report_in_placement``), on the
+test driver's SR-IOV host (an X710 PF 0000:3b:00.0 with 4 VFs on NUMA node
+0, a Tesla T4 on node 1): the child providers, their inventories and
+traits, the allocations standalone claims write on them, healing, one read
+per steady tick, and the option turned on and off with the allocations of
+existing instances reshaped both ways."""
+
+import uuid
+
+import pytest
+
+from rtagent.pci import errors
+from rtagent.placement.pci import provider_uuid
+from rtagent.tracker.model import Flavor
+from tests.functional.conftest import Recorder
+from tests.functional.placement.conftest import allocations_of, get
+from tests.functional.test_pci_tracking import DOMAIN, GPU, PF, VFS, host_uri
+
+pytestmark = pytest.mark.functional
+
+# The VFs by their ids (the PF itself matches no spec: nova reports one or
+# the other), the GPU with a resource class and a trait of its own.
+VF_SPEC = '{"vendor_id": "8086", "product_id": "154c", "live_migratable": "yes"}'
+GPU_SPEC = '{"vendor_id": "10de", "product_id": "1eb8", "resource_class": "t4", "traits": "ml"}'
+# The PF alone, for neutron: stays off Placement.
+PHYSNET_SPEC = '{"vendor_id": "8086", "product_id": "1572", "physical_network": "physnet1"}'
+ALIASES = [
+    '{"name": "vf", "vendor_id": "8086", "product_id": "154c", "device_type": "type-VF"}',
+    '{"name": "t4", "vendor_id": "10de", "product_id": "1eb8", "resource_class": "CUSTOM_T4"}',
+]
+VF_RC, GPU_RC = "CUSTOM_PCI_8086_154C", "CUSTOM_T4"
+BOTH = [{"alias": "t4", "count": 1}, {"alias": "vf", "count": 2}]
+
+
+@pytest.fixture
+def pci_agent(make_agent, make_conf, tmp_path):
+    def make(report=True, specs=(VF_SPEC, GPU_SPEC), domains="", observer=None):
+        conf = make_conf(
+            libvirt__connection_uri=host_uri(tmp_path, domains),
+            pci__device_spec=list(specs),
+            pci__alias=ALIASES,
+            pci__report_in_placement=report,
+        )
+        agent = make_agent(conf, observer=observer)
+        agent.audit()
+        return agent
+
+    return make
+
+
+def providers(operator, root):
+    listed = get(operator, f"/resource_providers?in_tree={root}")["resource_providers"]
+    return {p["uuid"]: p for p in listed if p["uuid"] != root}
+
+
+def claim(agent, requests=BOTH, inst=None):
+    inst = inst or str(uuid.uuid4())
+    agent.claim_standalone(
+        inst, Flavor(1, 512, 0), project_id="p", user_id="u", pci_requests=list(requests)
+    )
+    return inst
+
+
+def test_devices_are_child_providers_with_nova_names_inventories_and_traits(pci_agent, operator):
+    agent = pci_agent(specs=(VF_SPEC, GPU_SPEC, PHYSNET_SPEC))
+    snap = agent.tracker.snapshot()
+    root, host = snap.node_uuid, snap.hypervisor_hostname
+    nic_rp, gpu_rp = provider_uuid(root, PF), provider_uuid(root, GPU)
+
+    found = providers(operator, root)
+    assert {u: (p["name"], p["parent_provider_uuid"]) for u, p in found.items()} == {
+        nic_rp: (f"{host}_0000:3B:00.0", root),
+        gpu_rp: (f"{host}_0000:AF:00.0", root),
+    }  # the physnet PF: none
+    nic = get(operator, f"/resource_providers/{nic_rp}/inventories")["inventories"]
+    gpu = get(operator, f"/resource_providers/{gpu_rp}/inventories")["inventories"]
+    assert {rc: (i["total"], i["reserved"], i["max_unit"]) for rc, i in nic.items()} == {
+        VF_RC: (4, 0, 4)
+    }
+    assert {rc: (i["total"], i["reserved"], i["max_unit"]) for rc, i in gpu.items()} == {
+        GPU_RC: (1, 0, 1)
+    }
+    assert set(get(operator, f"/resource_providers/{nic_rp}/traits")["traits"]) == {
+        "COMPUTE_MANAGED_PCI_DEVICE",
+        "OWNER_NOVA",
+        "HW_PCI_LIVE_MIGRATABLE",
+    }
+    assert set(get(operator, f"/resource_providers/{gpu_rp}/traits")["traits"]) == {
+        "COMPUTE_MANAGED_PCI_DEVICE",
+        "OWNER_NOVA",
+        "CUSTOM_ML",
+    }
+
+
+def test_a_standalone_claim_writes_its_devices_allocations_and_healing_removes_them(
+    pci_agent, operator
+):
+    agent = pci_agent()
+    root = agent.tracker.node_uuid
+    inst = claim(agent)
+    assert allocations_of(operator, inst) == {
+        root: {"VCPU": 1, "MEMORY_MB": 512},
+        provider_uuid(root, GPU): {GPU_RC: 1},
+        provider_uuid(root, PF): {VF_RC: 2},
+    }
+    agent.audit()  # nothing to change: the inventories stay
+    assert get(operator, f"/resource_providers/{provider_uuid(root, PF)}/usages")["usages"] == {
+        VF_RC: 2
+    }
+
+    agent.tracker.abort_instance_claim(inst)
+    agent.audit()  # released: seen once
+    agent.audit()  # the same generation again: healed
+    assert allocations_of(operator, inst) == {}
+
+
+def test_a_steady_tick_with_pci_providers_is_one_read(pci_agent, operator):
+    recorder = Recorder()
+    agent = pci_agent(observer=recorder)
+    claim(agent)
+    agent.audit()
+    agent.audit()
+    recorder.reset()
+    agent.audit()
+    assert recorder.requests == [("GET", "/resource_providers", 200)]
+
+
+def test_turned_on_and_off_the_instances_allocations_are_reshaped_both_ways(pci_agent, operator):
+    first = pci_agent(report=False)
+    root = first.tracker.node_uuid
+    nic_rp, gpu_rp = provider_uuid(root, PF), provider_uuid(root, GPU)
+    inst = claim(first)
+    flavor_only = {root: {"VCPU": 1, "MEMORY_MB": 512}}
+    assert allocations_of(operator, inst) == flavor_only
+    assert providers(operator, root) == {}
+    first.close()
+
+    on = pci_agent(report=True)
+    assert set(providers(operator, root)) == {nic_rp, gpu_rp}
+    assert allocations_of(operator, inst) == {
+        **flavor_only,
+        gpu_rp: {GPU_RC: 1},
+        nic_rp: {VF_RC: 2},
+    }
+    later = claim(on, [{"alias": "vf", "count": 1}])
+    on.audit()
+    on.close()
+
+    off = pci_agent(report=False)
+    assert providers(operator, root) == {}
+    assert allocations_of(operator, inst) == flavor_only
+    assert allocations_of(operator, later) == {root: {"VCPU": 1, "MEMORY_MB": 512}}
+    off.audit()  # nothing left to do: no request fails, no provider comes back
+    assert providers(operator, root) == {}
+    off.close()
+
+    again = pci_agent(report=True)
+    assert allocations_of(operator, later)[nic_rp] == {VF_RC: 1}
+    assert get(operator, f"/resource_providers/{nic_rp}/usages")["usages"] == {VF_RC: 3}
+    again.audit()
+
+
+def test_a_device_a_domain_holds_without_a_claim_is_reserved(pci_agent, operator):
+    # DOMAIN, started by hand, holds the first VF and the GPU.
+    agent = pci_agent(domains=DOMAIN)
+    root = agent.tracker.node_uuid
+    nic = get(operator, f"/resource_providers/{provider_uuid(root, PF)}/inventories")
+    gpu = get(operator, f"/resource_providers/{provider_uuid(root, GPU)}/inventories")
+    assert (nic["inventories"][VF_RC]["total"], nic["inventories"][VF_RC]["reserved"]) == (4, 1)
+    assert (gpu["inventories"][GPU_RC]["total"], gpu["inventories"][GPU_RC]["reserved"]) == (1, 1)
+    assert VFS[0] in {h.address for h in agent.tracker.snapshot().pci_held}
+
+
+def test_a_pf_with_its_vfs_stops_the_sync_with_one_clear_error(pci_agent, operator):
+    both = '{"address": "0000:3b:*"}'  # the PF and, through it, its VFs
+    with pytest.raises(errors.PlacementLayoutInvalid) as err:
+        pci_agent(specs=(both,))
+    assert err.value.code == "pci.placement_layout_invalid"
+    assert str(err.value) == (
+        "PCI devices under 0000:3b:00.0 cannot be reported to Placement: the PF and its VFs "
+        "are both tracked; nova reports one or the other (narrow [pci] device_spec to the "
+        "PF or to its VFs)"
+    )
+
+
+def test_a_restart_finds_its_providers_and_writes_nothing(pci_agent, operator):
+    first = pci_agent()
+    inst = claim(first)
+    first.audit()
+    before = allocations_of(operator, inst)
+    first.close()
+
+    recorder = Recorder()
+    second = pci_agent(observer=recorder)  # its first audit
+    second.audit()
+    assert [r for r in recorder.requests if r[0] != "GET"] == []
+    assert allocations_of(operator, inst) == before
