@@ -133,6 +133,8 @@ class Agent:
         for tracker, snapshot, desired, pci in self._desired(views):
             try:
                 if isinstance(desired, exception.RtagentError):
+                    # Not synced, and health and status must say why.
+                    self.publisher(snapshot.node_uuid).backoff.record_failure(desired)
                     raise desired
                 outcome = self.publisher(snapshot.node_uuid).publish(
                     tracker, desired, held=pci.held, drop=pci.drop

@@ -129,6 +129,21 @@ def check_host(conf, timeout=HOST_TIMEOUT_S):
     hugepages.check(reserved, cells)
     if devices_needed and devices is not None:
         pci_spec.check_host(pci.device_specs, devices, pci.report_in_placement)
+        if pci.report_in_placement:
+            _check_pci_layout(pci.device_specs, devices)
+
+
+def _check_pci_layout(specs, devices):
+    """Refuse, before the start, the devices the audit could not report to
+    Placement (a PF tracked with its VFs, one PF's VFs in two classes).
+    :raises rtagent.pci.errors.PlacementLayoutInvalid: as the audit would."""
+    from rtagent.pci import devices as pci_devices
+    from rtagent.pci import node as pci_node
+    from rtagent.placement import pci as pci_providers
+
+    table = pci_devices.refresh(pci_devices.make_table(), pci_node.tracked(devices, specs))
+    # The node's UUID and name do not change what is refused.
+    pci_providers.layout(table, "00000000-0000-0000-0000-000000000000", "check-config")
 
 
 def _read_host(uri, timeout, cells, devices=False):

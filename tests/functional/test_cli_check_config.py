@@ -206,6 +206,15 @@ SRIOV_HOST = (
         ),
         # The VFs of the host's X710: what remote_managed is for.
         ('{"vendor_id": "8086", "product_id": "154c", "remote_managed": "true"}', None),
+        # Reported to Placement: the PF and, through its address, its VFs
+        # cannot both be (nova reports one or the other).
+        (
+            '{"address": "0000:3b:*"}\nreport_in_placement = true',
+            "PCI devices under 0000:3b:00.0 cannot be reported to Placement: the PF and its "
+            "VFs are both tracked; nova reports one or the other (narrow [pci] device_spec "
+            "to the PF or to its VFs)",
+        ),
+        ('{"address": "0000:3b:02.*"}\nreport_in_placement = true', None),
     ],
 )
 def test_device_specs_are_checked_against_the_hosts_devices(tmp_path, spec, message):

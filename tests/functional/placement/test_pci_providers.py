@@ -171,11 +171,22 @@ def test_a_device_a_domain_holds_without_a_claim_is_reserved(pci_agent, operator
     assert VFS[0] in {h.address for h in agent.tracker.snapshot().pci_held}
 
 
-def test_a_pf_with_its_vfs_stops_the_sync_with_one_clear_error(pci_agent, operator):
+def test_a_pf_with_its_vfs_stops_the_sync_with_one_clear_error(
+    pci_agent, make_agent, make_conf, tmp_path
+):
     both = '{"address": "0000:3b:*"}'  # the PF and, through it, its VFs
+    agent = make_agent(
+        make_conf(
+            libvirt__connection_uri=host_uri(tmp_path),
+            pci__device_spec=[both],
+            pci__report_in_placement=True,
+        )
+    )
     with pytest.raises(errors.PlacementLayoutInvalid) as err:
-        pci_agent(specs=(both,))
-    assert err.value.code == "pci.placement_layout_invalid"
+        agent.audit()
+    status = agent.sync_status()[agent.tracker.node_uuid]
+    assert status["in_sync"] is False
+    assert status["last_error"] == f"pci.placement_layout_invalid: {err.value}"
     assert str(err.value) == (
         "PCI devices under 0000:3b:00.0 cannot be reported to Placement: the PF and its VFs "
         "are both tracked; nova reports one or the other (narrow [pci] device_spec to the "
