@@ -11,7 +11,9 @@ Three ownership rules keep us from clobbering others:
   it (Placement replaces a provider's inventories as a whole);
 * allocation ratios: an inventory whose desired ratio is None keeps the ratio
   Placement has (an operator may set it through the API), or takes the
-  provider's ``ratio_defaults`` when the inventory is new.
+  provider's ``ratio_defaults`` when the inventory is new;
+* reserved, for the provider's ``sticky_reserved`` classes: never lowered
+  by us (Placement's value is kept when higher), only by someone else.
 
 Providers present in Placement but not desired are left alone.
 """
@@ -78,6 +80,9 @@ def resolve_inventories(desired, current):
                 record["allocation_ratio"] = existing.allocation_ratio
             else:
                 record["allocation_ratio"] = desired.ratio_defaults.get(rc, 1.0)
+        existing = current_invs.get(rc)
+        if rc in desired.sticky_reserved and existing is not None:
+            record["reserved"] = min(record["total"], max(record["reserved"], existing.reserved))
         resolved[rc] = record
     return resolved
 

@@ -15,11 +15,13 @@ HW_PCI_ONE_TIME_USE where the spec says so). Devices with a
 A provider's UUID is derived from the node's UUID and the address, so a
 restart, or reporting turned off and on again, finds the same provider.
 
+A one-time-use device's provider is reserved in full once a claim holds
+it, and stays reserved after the free (``sticky_reserved``) until an
+operator sets ``reserved`` back to 0 once the device is clean, as in nova.
+
 What differs from nova: a device that a domain holds with no claim (PCI
 drift) is ``reserved`` on its provider, as untracked guests' resources are on
-the root, so the scheduler never hands it out either. A one-time-use
-device's provider is reserved in full while a claim holds it; nova keeps it
-reserved after the free, until an operator clears it, which is not done here.
+the root, so the scheduler never hands it out either.
 """
 
 import dataclasses
@@ -110,7 +112,8 @@ def layout(table, node_uuid, hypervisor_hostname, drift=()):
         total = len(devices)
         held = sum(1 for d in devices if d.held and d.address not in drift)
         reserved = sum(1 for d in devices if d.address in drift)
-        if held and any(d.tags.get("one_time_use") for d in devices):
+        one_time = any(d.tags.get("one_time_use") for d in devices)
+        if held and one_time:
             reserved = total
         providers.append(
             Provider(
@@ -123,6 +126,7 @@ def layout(table, node_uuid, hypervisor_hostname, drift=()):
                 traits=traits,
                 managed_traits=traits | _OWN_TRAITS,
                 managed_classes=frozenset({rc}),
+                sticky_reserved=frozenset({rc}) if one_time else frozenset(),
             )
         )
         slots.update({d.address: (rp, rc) for d in devices})

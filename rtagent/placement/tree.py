@@ -25,6 +25,11 @@ class Provider:
     :param ratio_defaults: (desired trees only) resource class -> ratio for
         an inventory whose ``allocation_ratio`` is None when Placement has
         no value yet (the ``initial_*_allocation_ratio`` options).
+    :param sticky_reserved: (desired trees only) classes whose ``reserved``
+        never goes down by this agent's writes: Placement's value is kept
+        when higher than the desired one, so only someone else (an
+        operator) lowers it (a one-time-use PCI device stays reserved after
+        its free until it is made ready again).
     """
 
     uuid: str
@@ -36,6 +41,7 @@ class Provider:
     managed_traits: frozenset = frozenset()
     managed_classes: frozenset = frozenset()
     ratio_defaults: object = dataclasses.field(default_factory=lambda: frozen_map({}))
+    sticky_reserved: frozenset = frozenset()
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)

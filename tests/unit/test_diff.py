@@ -126,3 +126,24 @@ def test_managed_class_that_is_no_longer_desired_is_removed():
     )
     (op,) = ops_of([want()], [current])
     assert set(op.inventories) == {VCPU, MEMORY_MB}
+
+
+def test_a_sticky_reserved_is_never_lowered_by_us_but_may_rise():
+    def child(reserved, sticky=True, generation=None):
+        return Provider(
+            uuid=CHILD,
+            name="node1_0000:AF:00.0",
+            parent_uuid=ROOT,
+            generation=generation,
+            inventories=frozen_map({"CUSTOM_T4": Inventory(1, reserved, 1, 1, 1, 1.0)}),
+            managed_classes=frozenset({"CUSTOM_T4"}),
+            sticky_reserved=frozenset({"CUSTOM_T4"}) if sticky else frozenset(),
+        )
+
+    def reserved_written(desired, current):
+        ops = diff.diff(ProviderTree([desired]), ProviderTree([current]))
+        return [op.inventories["CUSTOM_T4"]["reserved"] for op in ops]
+
+    assert reserved_written(child(0), child(1, generation=4)) == []  # kept at 1
+    assert reserved_written(child(0, sticky=False), child(1, generation=4)) == [0]
+    assert reserved_written(child(1), child(0, generation=4)) == [1]

@@ -206,3 +206,35 @@ def test_a_restart_finds_its_providers_and_writes_nothing(pci_agent, operator):
     second.audit()
     assert [r for r in recorder.requests if r[0] != "GET"] == []
     assert allocations_of(operator, inst) == before
+
+
+def test_a_one_time_use_device_stays_reserved_after_its_free_until_an_operator_clears_it(
+    pci_agent, operator
+):
+    otu = GPU_SPEC.replace("}", ', "one_time_use": "true"}')
+    agent = pci_agent(specs=(VF_SPEC, otu))
+    gpu_rp = provider_uuid(agent.tracker.node_uuid, GPU)
+    url = f"/resource_providers/{gpu_rp}/inventories"
+
+    def reserved():
+        return get(operator, url)["inventories"][GPU_RC]["reserved"]
+
+    assert reserved() == 0
+    assert "HW_PCI_ONE_TIME_USE" in get(operator, f"/resource_providers/{gpu_rp}/traits")["traits"]
+    inst = claim(agent, [{"alias": "t4", "count": 1}])
+    agent.audit()
+    assert reserved() == 1
+    agent.tracker.abort_instance_claim(inst)
+    for _ in range(3):  # healing, then steady
+        agent.audit()
+    assert allocations_of(operator, inst) == {}
+    assert reserved() == 1  # the device must be made ready first
+
+    body = get(operator, url)
+    body["inventories"][GPU_RC]["reserved"] = 0
+    assert operator.put(url, json=body).status_code == 200  # the operator did
+    agent.audit()
+    assert reserved() == 0
+    claim(agent, [{"alias": "t4", "count": 1}])
+    agent.audit()
+    assert reserved() == 1
