@@ -238,3 +238,19 @@ def test_a_one_time_use_device_stays_reserved_after_its_free_until_an_operator_c
     claim(agent, [{"alias": "t4", "count": 1}])
     agent.audit()
     assert reserved() == 1
+
+
+def test_turning_on_again_after_a_kill_between_the_create_and_the_reshape(pci_agent, operator):
+    first = pci_agent(report=False)
+    root, host = first.tracker.node_uuid, first.tracker.snapshot().hypervisor_hostname
+    inst = claim(first)
+    first.close()
+    # What a kill -9 right after the provider's create leaves: the GPU's
+    # provider, empty; the reshape that fills it never ran.
+    gpu_rp = provider_uuid(root, GPU)
+    body = {"uuid": gpu_rp, "name": f"{host}_0000:AF:00.0", "parent_provider_uuid": root}
+    assert operator.post("/resource_providers", json=body).status_code == 200
+
+    pci_agent(report=True)
+    assert allocations_of(operator, inst)[gpu_rp] == {GPU_RC: 1}
+    assert allocations_of(operator, inst)[provider_uuid(root, PF)] == {VF_RC: 2}
