@@ -86,13 +86,13 @@ CONDUCTOR = textwrap.dedent(
 )
 
 
-def conduct(broker, *calls):
+def conduct(broker, *calls, server=HOST):
     """The replies to ``calls`` ((method, args) pairs), made in order by a
     process that has only oslo.messaging."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
         [sys.executable, "-c", CONDUCTOR],
-        input=json.dumps({"url": broker.transport_url, "server": HOST, "calls": calls}),
+        input=json.dumps({"url": broker.transport_url, "server": server, "calls": calls}),
         check=False,
         capture_output=True,
         text=True,
@@ -337,3 +337,56 @@ def test_schema_valid_requests_get_a_claim_or_a_typed_refusal(served):
 
     run()
     assert seen == {"claimed", "none", *EXPECTED}  # not vacuous
+
+
+PLACEMENT_HOST = "pci-placement-contract-host"
+T4_ALIAS = '{"name": "t4", "vendor_id": "10de", "product_id": "1eb8"}'
+
+
+def test_with_pci_in_placement_a_standalone_claim_allocates_its_devices(broker, tmp_path):
+    """docs/rpc-api.md, "PCI devices": with ``[pci] report_in_placement`` a
+    standalone claim (``user_id``) writes one unit of the device's class on
+    its provider (a VF's: its PF's) with the flavor's allocation."""
+    vf_spec = '{"vendor_id": "8086", "product_id": "154c"}'
+    with PlacementServer(db_sync=False) as placement:
+        served = Served(
+            make_conf(
+                str(tmp_path),
+                broker.transport_url,
+                host=PLACEMENT_HOST,
+                libvirt__connection_uri=f"test://{HOST_XML}",
+                pci__device_spec=[vf_spec, GPU_SPEC],
+                pci__alias=[NIC_ALIAS, T4_ALIAS],
+                pci__report_in_placement=True,
+                reserved_host_memory_mb=0,
+            ),
+            placement.endpoint,
+        )
+        try:
+            instance = new_uuid()
+            call = claim(
+                instance,
+                {"alias": "t4", "count": 1},
+                {"alias": "nic", "count": 2},
+                user_id="u1",
+                project_id="p1",
+            )
+            (reply,) = conduct(broker, call, server=PLACEMENT_HOST)
+            chosen = sorted(d["address"] for d in result(reply)["pci_devices"])
+            assert chosen == [VFS[0], VFS[1], GPU]
+            api = placement.admin_adapter()
+            root = served.node_uuid
+            names = {
+                p["uuid"]: p["name"]
+                for p in api.get(f"/resource_providers?in_tree={root}").json()["resource_providers"]
+            }
+            held = api.get(f"/allocations/{instance}").json()["allocations"]
+            by_name = {names[rp]: a["resources"] for rp, a in held.items()}
+            host = names[root]
+            assert by_name == {
+                host: {"VCPU": 1, "MEMORY_MB": 256},
+                f"{host}_{PF.upper()}": {"CUSTOM_PCI_8086_154C": 2},
+                f"{host}_{GPU.upper()}": {"CUSTOM_PCI_10DE_1EB8": 1},
+            }
+        finally:
+            served.stop()
