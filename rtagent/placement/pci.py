@@ -184,10 +184,9 @@ def report(snapshot, enabled):
         return Report(drop=frozenset(provider_uuid(snapshot.node_uuid, a) for a in homes))
     drift = frozenset(h.address for h in snapshot.pci_held)
     found = layout(table, snapshot.node_uuid, snapshot.hypervisor_hostname, drift)
-    held = {}
+    owned = {}
     for device in table:
-        if device.held and device.address not in drift and device.address in found.slots:
-            rp, rc = found.slots[device.address]
-            classes = held.setdefault(device.instance_uuid, {}).setdefault(rp, {})
-            classes[rc] = classes.get(rc, 0) + 1
-    return Report(layout=found, held=frozen_map(held))
+        if device.held and device.address not in drift:
+            owned.setdefault(device.instance_uuid, []).append(device.address)
+    held = {owner: found.allocations(addresses) for owner, addresses in owned.items()}
+    return Report(layout=found, held=frozen_map({c: a for c, a in held.items() if a}))

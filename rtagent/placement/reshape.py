@@ -155,6 +155,7 @@ def emptied(client, providers):
 
     :returns: {consumer: PUT /allocations body}.
     """
+    providers = frozenset(providers)
     consumers = set()
     for rp in sorted(providers):
         _, allocs = client.get_provider_allocations(rp)
@@ -162,12 +163,8 @@ def emptied(client, providers):
     bodies = {}
     for consumer in sorted(consumers):
         body = _body(client.get_allocations(consumer))
-        bodies[consumer] = dict(
-            body,
-            allocations={
-                rp: a for rp, a in body["allocations"].items() if rp not in set(providers)
-            },
-        )
+        kept = {rp: a for rp, a in body["allocations"].items() if rp not in providers}
+        bodies[consumer] = dict(body, allocations=kept)
     return bodies
 
 

@@ -98,10 +98,16 @@ def claim_standalone(
     claim = tracker.instance_claim(
         instance_uuid, flavor, project_id=project_id, pending=True, **claim_kwargs
     )
+    allocations = {claim.node_uuid: dict(claim.resources)}
     try:
-        allocations = {claim.node_uuid: dict(claim.resources)}
         if pci_allocations is not None and claim.pci_devices:
             allocations.update(pci_allocations(claim.pci_devices))
+    except BaseException:
+        # Nothing was sent: the claim goes, as on a refusal.
+        if claim.token is not None:
+            tracker.roll_back_pending(claim.instance_uuid, claim.token, forget=True)
+        raise
+    try:
         write_allocations(
             client,
             claim.instance_uuid,

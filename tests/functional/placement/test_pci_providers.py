@@ -11,6 +11,7 @@ import pytest
 
 from rtagent.pci import errors
 from rtagent.placement.pci import provider_uuid
+from rtagent.placement.standalone import claim_standalone
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import Recorder
 from tests.functional.placement.conftest import allocations_of, get
@@ -254,3 +255,27 @@ def test_turning_on_again_after_a_kill_between_the_create_and_the_reshape(pci_ag
     pci_agent(report=True)
     assert allocations_of(operator, inst)[gpu_rp] == {GPU_RC: 1}
     assert allocations_of(operator, inst)[provider_uuid(root, PF)] == {VF_RC: 2}
+
+
+def test_a_claim_whose_device_allocations_cannot_be_computed_is_undone(pci_agent, client):
+    agent = pci_agent()
+    inst = str(uuid.uuid4())
+
+    def refuse(held):
+        raise errors.PlacementLayoutInvalid(address=GPU, reason="as the audit would say")
+
+    with pytest.raises(errors.PlacementLayoutInvalid):
+        claim_standalone(
+            agent.tracker,
+            client,
+            inst,
+            Flavor(1, 512, 0),
+            project_id="p",
+            user_id="u",
+            pci_requests=[{"alias": "t4", "count": 1}],
+            pci_allocations=refuse,
+        )
+    snap = agent.tracker.snapshot()
+    # Nothing was sent to Placement: nothing to heal, the device is free.
+    assert inst not in snap.known_consumers
+    assert snap.pci_devices.get(GPU).status == "available"
