@@ -111,10 +111,36 @@ def apply_view(cn, view, driver_numa=None):
         topology = numa.compute_node_topology(driver_numa, view["numa_topology"])
         if topology != (cn.numa_topology if cn.obj_attr_is_set("numa_topology") else None):
             cn.numa_topology = topology
+    if "pci_device_pools" in view:  # an agent older than the field: leave them be
+        pools = pci_pools(view["pci_device_pools"])
+        have = cn.pci_device_pools if cn.obj_attr_is_set("pci_device_pools") else None
+        if have is None or _pool_dicts(have) != _pool_dicts(pools):
+            cn.pci_device_pools = pools
     if "metrics" in view:  # an agent older than the field: leave them be
         metrics = metrics_json(view["metrics"])
         if metrics != (cn.metrics if cn.obj_attr_is_set("metrics") else None):
             cn.metrics = metrics
+
+
+def pci_pools(view_pools):
+    """A ``PciDevicePoolList`` of the view's ``pci_device_pools`` (the
+    agent's free devices, as nova's scheduler reads them)."""
+    return objects.PciDevicePoolList(
+        objects=[
+            objects.PciDevicePool(
+                vendor_id=p["vendor_id"],
+                product_id=p["product_id"],
+                numa_node=p.get("numa_node"),
+                count=int(p["count"]),
+                tags=dict(p.get("tags") or {}),
+            )
+            for p in view_pools or ()
+        ]
+    )
+
+
+def _pool_dicts(pool_list):
+    return [p.to_dict() for p in pool_list or ()]
 
 
 def metrics_json(metrics):

@@ -26,6 +26,7 @@ import threading
 import os_traits
 
 from rtagent.nova import numa
+from rtagent.pci import model as pci_model
 from rtagent.virt import errors
 from rtagent.virt.driver import HostDriver
 from rtagent.virt.host import HostView, ProviderFacts
@@ -241,4 +242,41 @@ def view_of(nodename, res, traits=frozenset(), providers=(), cpu_sets=(None, Non
         numa_cells=numa.host_cells(res.get("numa_topology")),
         cpu_shared_set=cpu_sets[0],
         cpu_dedicated_set=cpu_sets[1],
+        pci_devices=pci_devices(res.get("pci_passthrough_devices")),
     )
+
+
+def pci_devices(devices_json):
+    """The :class:`~rtagent.pci.model.HostDevice` values of a reading's
+    ``pci_passthrough_devices`` (nova's JSON list of device dicts), sorted
+    by address. Types the agent does not track (vDPA devices, mediated
+    devices) and entries without an address or ids are left out: the
+    agent's ``[pci] device_spec`` decides which of the rest may be given.
+    """
+    if not devices_json:
+        return ()
+    try:
+        listed = json.loads(devices_json) if isinstance(devices_json, str) else devices_json
+    except ValueError:
+        LOG.warning("pci_passthrough_devices of the virt driver is not JSON; no PCI device read")
+        return ()
+    found = {}
+    for dev in listed if isinstance(listed, list) else ():
+        if not isinstance(dev, dict) or dev.get("dev_type") not in pci_model.DEVICE_TYPES:
+            continue
+        try:
+            address = str(dev["address"]).lower()
+            vendor, product = str(dev["vendor_id"]).lower(), str(dev["product_id"]).lower()
+        except KeyError:
+            continue
+        numa_node = dev.get("numa_node")
+        parent = dev.get("parent_addr") if dev["dev_type"] == pci_model.TYPE_VF else None
+        found[address] = pci_model.HostDevice(
+            address=address,
+            vendor_id=vendor,
+            product_id=product,
+            dev_type=dev["dev_type"],
+            numa_node=numa_node if isinstance(numa_node, int) and numa_node >= 0 else None,
+            parent_addr=str(parent).lower() if parent else None,
+        )
+    return tuple(found[a] for a in sorted(found))

@@ -60,6 +60,10 @@ def agent_conf(nova_conf, host, state_path):
     # a backoff; a fleet-wide spread is the daemon's concern.
     conf.set_override("placement_retry_window", 0, group="rtagent")
     conf.set_override("reserved_huge_pages", numa.reserved_huge_pages(nova_conf))
+    # [pci]: the same names and syntax in both; the agent chooses the
+    # devices nova's PCI requests get (rtagent.nova.pcirows mirrors them).
+    for name in ("device_spec", "alias", "report_in_placement"):
+        conf.set_override(name, nova_conf.pci[name], group="pci")
     location = nova_conf.compute.provider_config_location
     conf.set_override("provider_config_location", location, group="compute")
     return conf

@@ -70,12 +70,24 @@ def source_node_uuid(context, migration):
         return str(uuidlib.uuid5(_OTHER_CELL_NODES, name))
 
 
-def migration_context(context, instance, migration, new_flavor, new_numa):
-    """The MigrationContext of a move to ``new_flavor`` whose destination
-    placed the guest on ``new_numa`` (an ``InstanceNUMATopology`` with the
-    agent's cells and pinning, or None); no PCI device is claimed."""
-    new_requests = pci_request.get_pci_requests_from_flavor(new_flavor)
-    new_requests.instance_uuid = instance.uuid
+def new_pci_requests(instance, new_flavor):
+    """The PCI requests of the instance at a move's destination, as nova's
+    tracker makes them: the new flavor's (with new request ids) and the
+    instance's SR-IOV ports'."""
+    found = pci_request.get_pci_requests_from_flavor(new_flavor)
+    found.instance_uuid = instance.uuid
+    if instance.pci_requests:
+        for request in instance.pci_requests.requests:
+            if request.source == objects.InstancePCIRequest.NEUTRON_PORT:
+                found.requests.append(request)
+    return found
+
+
+def migration_context(context, instance, migration, new_numa, *, new_requests, new_devices=()):
+    """The MigrationContext of a move whose destination placed the guest on
+    ``new_numa`` (an ``InstanceNUMATopology`` with the agent's cells and
+    pinning, or None) and gave it ``new_devices`` (nova's PciDevice rows of
+    the devices the agent chose there) for ``new_requests``."""
     return objects.MigrationContext(
         context=context,
         instance_uuid=instance.uuid,
@@ -83,7 +95,7 @@ def migration_context(context, instance, migration, new_flavor, new_numa):
         old_numa_topology=instance.numa_topology,
         new_numa_topology=new_numa,
         old_pci_devices=copy.deepcopy(instance.pci_devices),
-        new_pci_devices=objects.PciDeviceList(objects=[]),
+        new_pci_devices=objects.PciDeviceList(objects=list(new_devices)),
         old_pci_requests=instance.pci_requests,
         new_pci_requests=new_requests,
         old_resources=instance.resources,

@@ -49,3 +49,34 @@ def move_type(migration):
 
 def project_id(instance):
     return str(instance.project_id or "")[:255]
+
+
+# Keys of a nova request spec that Placement matched (with
+# [filter_scheduler] pci_in_placement); the agent's own layout puts the
+# resource class and traits on its providers, so they are not sent. The
+# providers the scheduler allocated (``rp_uuids``) are: the agent chooses
+# among their devices.
+_PLACEMENT_SPEC_KEYS = ("resource_class", "traits")
+
+
+def pci_requests(nova_requests):
+    """The API's ``pci_requests`` for a ``nova.objects.InstancePCIRequests``
+    (or None): by spec, nova's specs as they are, with nova's request ids;
+    None when there is no request."""
+    if nova_requests is None or not nova_requests.requests:
+        return None
+    found = []
+    for request in nova_requests.requests:
+        item = {
+            "spec": [
+                {k: v for k, v in spec.items() if k not in _PLACEMENT_SPEC_KEYS and v is not None}
+                for spec in request.spec
+            ],
+            "count": int(request.count),
+        }
+        if request.obj_attr_is_set("numa_policy") and request.numa_policy:
+            item["numa_policy"] = request.numa_policy
+        if request.obj_attr_is_set("request_id") and request.request_id:
+            item["request_id"] = request.request_id
+        found.append(item)
+    return found

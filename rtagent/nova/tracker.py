@@ -23,11 +23,20 @@ import logging
 
 from nova import exception, objects, utils
 from nova.compute import stats as compute_stats
-from nova.compute import task_states
+from nova.compute import task_states, vm_states
 from nova.compute import utils as compute_utils
 
 from rtagent.exception import RtagentError
-from rtagent.nova import claims, computenode, metrics, migrations, numa, reconcile, requests
+from rtagent.nova import (
+    claims,
+    computenode,
+    metrics,
+    migrations,
+    numa,
+    pcirows,
+    reconcile,
+    requests,
+)
 from rtagent.nova.link import AgentRefused
 
 LOG = logging.getLogger(__name__)
@@ -46,6 +55,7 @@ _REFUSED = frozenset(
         "tracker.host_unavailable",
         "tracker.instance_claim_conflict",
         "tracker.move_conflict",
+        "pci.devices_unavailable",
     }
 )
 
@@ -72,8 +82,10 @@ class RtagentResourceTracker:
         # The agent reads host metrics (its own [DEFAULT] compute_monitors).
         self.monitors = []
         _warn_if_monitors_configured()
-        self.pci_tracker = None
         self.provider_tree = None
+        # nodename -> NovaPciRows: nova's PciDevice rows, kept to the
+        # devices the agent chooses.
+        self._pci_rows = {}
         self._link = None
         # nodename -> the virt driver's numa_topology at the last audit.
         self._driver_numa = {}
@@ -107,7 +119,16 @@ class RtagentResourceTracker:
         except KeyError:
             raise exception.ComputeHostNotFound(host=nodename) from None
 
+    @property
+    def pci_tracker(self):
+        """nova's PciDevTracker of the rows (ComputeManager reads it for
+        an SR-IOV port's device); nova tracks PCI devices on single-node
+        hosts only, so the first node's."""
+        rows = next(iter(self._pci_rows.values()), None)
+        return rows.tracker if rows is not None else None
+
     def remove_node(self, nodename):
+        self._pci_rows.pop(nodename, None)
         self.stats.pop(nodename, None)
         self._driver_numa.pop(nodename, None)
         self.compute_nodes.pop(nodename, None)
@@ -164,6 +185,11 @@ class RtagentResourceTracker:
             self.compute_nodes[nodename] = cn
         else:
             computenode.copy_driver_facts(cn, resources)
+        rows = self._pci_rows.get(nodename)
+        if rows is None:
+            rows = self._pci_rows[nodename] = pcirows.NovaPciRows(context, cn)
+        rows.update_devices(resources)
+        rows.save(context)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _update_node(self, context, nodename):
@@ -172,6 +198,7 @@ class RtagentResourceTracker:
             return
         try:
             reconcile.reconcile(self.link, context, self.host, cn, self._claim)
+            self._reconcile_pci(context, cn)
             return self._write_node(cn)
         except AgentRefused as exc:
             if exc.code != "tracker.node_not_found":
@@ -186,6 +213,31 @@ class RtagentResourceTracker:
                 nodename,
                 self.host,
             )
+
+    def _reconcile_pci(self, context, cn):
+        """nova's rows of instances no longer on the node (and in no move
+        through it) are freed, as nova's ``clean_usage`` (the agent
+        released their claims in :func:`reconcile.reconcile`); those of
+        instances on it are allocated."""
+        rows = self._pci_rows.get(cn.hypervisor_hostname)
+        if rows is None:
+            return
+        nodename = cn.hypervisor_hostname
+        instances = objects.InstanceList.get_by_host_and_node(
+            context, self.host, nodename, expected_attrs=[]
+        )
+        kept = [
+            i
+            for i in instances
+            if not vm_states.allow_resource_removal(vm_state=i.vm_state, task_state=i.task_state)
+        ]
+        moving = objects.MigrationList.get_in_progress_and_error(context, self.host, nodename)
+        rows.clean(kept, moving)
+        for instance in kept:
+            # Claimed rows of an instance that is here now (a move landed)
+            # become allocated, as at nova's own periodic.
+            rows.allocate(instance)
+        rows.save(context)
 
     def _sync_disabled(self, context, node_uuid):
         """The agent shows a disabled service as COMPUTE_STATUS_DISABLED."""
@@ -241,8 +293,53 @@ class RtagentResourceTracker:
         instance.node = cn.hypervisor_hostname
         instance.compute_id = cn.id
         instance.save()
+        self._take_pci_rows(context, instance, nodename, placed)
         self._write_node(cn)
         return claims.Claim(context, instance, nodename, self)
+
+    def _take_pci_rows(self, context, instance, nodename, placed):
+        """nova's rows of the devices the agent gave the instance become
+        allocated to it (what the libvirt driver attaches)."""
+        rows = self._pci_rows.get(nodename)
+        chosen = (placed or {}).get("pci_devices")
+        if rows is None or not chosen:
+            return
+        rows.claim(instance.uuid, chosen)
+        rows.allocate(instance)
+        rows.save(context)
+
+    def _claim_pci_rows(self, context, instance, nodename, placed, request_ids=None):
+        """nova's rows of the devices the agent chose at a move's
+        destination, claimed (allocated once the instance is there).
+
+        :param request_ids: only the devices of these requests; None: all.
+        """
+        rows = self._pci_rows.get(nodename)
+        chosen = [
+            d
+            for d in (placed or {}).get("pci_devices") or ()
+            if request_ids is None or d.get("request_id") in request_ids
+        ]
+        if rows is None or not chosen:
+            return []
+        claimed = rows.claim(instance.uuid, chosen)
+        rows.save(context)
+        return claimed
+
+    def _free_moved_rows(self, context, instance, nodename, prefix):
+        """Free the rows of the move's ``old_`` or ``new_`` devices."""
+        rows = self._pci_rows.get(nodename)
+        mc = instance.migration_context if instance.obj_attr_is_set("migration_context") else None
+        if rows is None or mc is None:
+            return
+        rows.free_devices(getattr(mc, f"{prefix}pci_devices", None), instance)
+        rows.save(context)
+
+    def _free_pci_rows(self, context, instance, nodename):
+        rows = self._pci_rows.get(nodename)
+        if rows is not None:
+            rows.free(context, instance)
+            rows.save(context)
 
     def _claim(self, context, instance, cn, limits):
         """The agent's claim of ``instance`` on ``cn``: its reply."""
@@ -255,6 +352,7 @@ class RtagentResourceTracker:
             project_id=requests.project_id(instance),
             limits=requests.limits(limits),
             **self._numa_request(cn, instance.flavor, instance.image_meta),
+            **_pci_args(requests.pci_requests(instance.pci_requests)),
         )
 
     def _numa_request(self, cn, flavor, image_meta):
@@ -282,6 +380,7 @@ class RtagentResourceTracker:
         cn = self.compute_nodes.get(nodename)
         if cn is not None:
             reconcile.release(self.link, cn, instance.uuid)
+        self._free_pci_rows(context, instance, nodename)
         instance.clear_numa_topology()
         instance.host = None
         instance.node = None
@@ -307,6 +406,10 @@ class RtagentResourceTracker:
             if exc.code != "tracker.instance_not_found":
                 raise
             return
+        if vm_states.allow_resource_removal(
+            vm_state=instance.vm_state, task_state=instance.task_state
+        ):
+            self._free_pci_rows(context, instance, nodename)
         self._write_node(cn)
 
     def build_failed(self, nodename):
@@ -395,6 +498,7 @@ class RtagentResourceTracker:
             host_ip=self.driver.get_host_ip_addr(),
         )
         move_image = image_meta or instance.image_meta
+        new_requests = migrations.new_pci_requests(instance, new_flavor)
         try:
             placed = self.link.call(
                 "start_move",
@@ -409,14 +513,27 @@ class RtagentResourceTracker:
                 volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
                 limits=requests.limits(limits),
                 **self._numa_request(cn, new_flavor, move_image),
+                **_pci_args(requests.pci_requests(new_requests)),
             )
         except AgentRefused as exc:
             if exc.code not in _REFUSED:
                 raise
             raise _unavailable(exc) from exc
         new_numa = self._placed_topology(cn, new_flavor, move_image, placed)
+        # A live migration's devices are claimed when ComputeManager asks
+        # (claim_pci_devices), as nova's tracker does.
+        new_devices = (
+            []
+            if migration.is_live_migration
+            else self._claim_pci_rows(context, instance, nodename, placed)
+        )
         instance.migration_context = migrations.migration_context(
-            context, instance, migration, new_flavor, new_numa
+            context,
+            instance,
+            migration,
+            new_numa,
+            new_requests=new_requests,
+            new_devices=new_devices,
         )
         instance.save()
         self._write_node(cn)
@@ -442,6 +559,7 @@ class RtagentResourceTracker:
                 # The agent learnt of the move at the destination only: for
                 # this node the instance simply left.
                 reconcile.release(self.link, cn, instance.uuid)
+            self._free_moved_rows(context, instance, migration.source_node, "old_")
             self._write_node(cn)
         instance.drop_migration_context()
 
@@ -452,6 +570,7 @@ class RtagentResourceTracker:
         cn = self.compute_nodes.get(migration.dest_node)
         if cn is not None:
             reconcile.step(self.link, "revert_move", cn, migration.uuid)
+            self._free_moved_rows(context, instance, migration.dest_node, "new_")
             self._write_node(cn)
         instance.revert_migration_context()
         instance.save(expected_task_state=[task_states.RESIZE_REVERTING])
@@ -465,6 +584,7 @@ class RtagentResourceTracker:
         for move in status.get("moves") or ():
             if move["instance_uuid"] == instance.uuid and move["dest_node"] == cn.uuid:
                 reconcile.step(self.link, "revert_move", cn, move["migration_uuid"])
+        self._free_moved_rows(context, instance, nodename, prefix)
         self._write_node(cn)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
@@ -500,25 +620,71 @@ class RtagentResourceTracker:
     def delete_allocation_for_shelve_offloaded_instance(self, context, instance):
         self.reportclient.delete_allocation_for_instance(context, instance.uuid, force=True)
 
-    # -- PCI (the agent claims devices since RPC 1.4; this adapter does
-    # not pass nova's PCI requests to it yet) ------------------------------
+    # -- PCI devices ComputeManager claims outside a claim ------------------
 
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def claim_pci_devices(self, context, pci_requests, instance_numa_topology=None):
-        if pci_requests is not None and pci_requests.requests:
-            raise exception.PciDeviceRequestFailed(requests=pci_requests.requests)
-        return []
+        """The rows of the devices the agent chose for ``pci_requests`` at
+        the destination of the instance's live migration (its
+        ``start_move`` carried the instance's requests).
 
+        :raises PciDeviceRequestFailed: no move of the instance to a node
+            here chose devices for these requests (an interface attach: the
+            agent takes no device outside a claim).
+        """
+        if pci_requests is None or not pci_requests.requests:
+            return []
+        wanted = {r.request_id for r in pci_requests.requests}
+        for nodename, cn in self.compute_nodes.items():
+            for move in self._moves_to(cn, pci_requests.instance_uuid):
+                chosen = [
+                    d for d in move.get("new_pci_devices") or () if d.get("request_id") in wanted
+                ]
+                if {d.get("request_id") for d in chosen} == wanted:
+                    placed = {"pci_devices": chosen}
+                    return self._claim_pci_rows(
+                        context, _Uuid(pci_requests.instance_uuid), nodename, placed
+                    )
+        raise exception.PciDeviceRequestFailed(requests=pci_requests.requests)
+
+    def _moves_to(self, cn, instance_uuid):
+        """The agent's moves of the instance whose destination is ``cn``."""
+        try:
+            found = self.link.call("get_instance", node_uuid=cn.uuid, instance_uuid=instance_uuid)
+        except AgentRefused:
+            return []
+        return [m for m in found.get("moves") or () if m.get("dest_node") == cn.uuid]
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def unclaim_pci_devices(self, context, pci_device, instance):
-        """No PCI device is ever claimed through this tracker yet."""
+        for rows in self._pci_rows.values():
+            rows.free_devices([pci_device], instance)
+            rows.save(context)
 
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def allocate_pci_devices_for_instance(self, context, instance):
-        """No PCI device is ever claimed through this tracker yet."""
+        for rows in self._pci_rows.values():
+            rows.allocate(instance)
+            rows.save(context)
 
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def free_pci_device_allocations_for_instance(self, context, instance):
-        """No PCI device is ever claimed through this tracker yet."""
+        for rows in self._pci_rows.values():
+            rows.free_allocations(context, instance)
+            rows.save(context)
 
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def free_pci_device_claims_for_instance(self, context, instance):
-        """No PCI device is ever claimed through this tracker yet."""
+        for rows in self._pci_rows.values():
+            rows.free_claims(context, instance)
+            rows.save(context)
+
+
+class _Uuid:
+    """What the rows need of an instance known by its UUID only."""
+
+    def __init__(self, uuid):
+        self.uuid = uuid
 
 
 def tracker_class(make_link):
@@ -528,6 +694,12 @@ def tracker_class(make_link):
     return type(
         "ResourceTracker", (RtagentResourceTracker,), {"make_link": staticmethod(make_link)}
     )
+
+
+def _pci_args(found):
+    """``pci_requests`` for the agent, left out when there are none (so an
+    agent older than RPC 1.4 is asked nothing it does not know)."""
+    return {"pci_requests": found} if found else {}
 
 
 def _unavailable(refusal):

@@ -222,10 +222,12 @@ def with_usage(cells, claims):
     return NumaUsage.of(claims).apply(cells)
 
 
-def place(guest_cells, cells, limits, *, emulator_isolate=False, pack=False):
+def place(guest_cells, cells, limits, *, emulator_isolate=False, pack=False, accept=None):
     """Fit ``guest_cells`` on ``cells`` (with their usage): a NumaClaim, or
-    None when nothing fits."""
-    fits = fit.fit(cells, guest_cells, limits, emulator_isolate=emulator_isolate, pack=pack)
+    None when nothing fits. ``accept``: see :func:`rtagent.numa.fit.fit`."""
+    fits = fit.fit(
+        cells, guest_cells, limits, emulator_isolate=emulator_isolate, pack=pack, accept=accept
+    )
     if fits is None:
         return None
     return NumaClaim(tuple(guest_cells), fits, emulator_isolate)

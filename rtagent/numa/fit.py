@@ -43,7 +43,9 @@ from rtagent.numa import model
 _NO_LIMITS = None
 
 
-def fit(host_cells, guest_cells, limits=_NO_LIMITS, emulator_isolate=False, pack=False):
+def fit(
+    host_cells, guest_cells, limits=_NO_LIMITS, emulator_isolate=False, pack=False, *, accept=None
+):
     """Place every guest cell on its own host cell.
 
     :param host_cells: :class:`~rtagent.numa.model.HostCell` values.
@@ -51,6 +53,10 @@ def fit(host_cells, guest_cells, limits=_NO_LIMITS, emulator_isolate=False, pack
         the guest's order (the first takes the emulator threads' CPU).
     :param limits: :class:`~rtagent.numa.model.Limits`, or None: shared
         CPUs and memory are then not checked against usage.
+    :param accept: callable(fits) -> bool, asked of each layout that fits
+        (a tuple of CellFit): False moves on to the next one, as nova's
+        fitter does when the instance's PCI devices cannot be had on the
+        cells chosen. None: the first layout that fits.
     :returns: a tuple of :class:`~rtagent.numa.model.CellFit`, one per
         guest cell in order, or None when nothing fits.
     """
@@ -75,7 +81,8 @@ def fit(host_cells, guest_cells, limits=_NO_LIMITS, emulator_isolate=False, pack
                 break
             fits.append(placed)
         else:
-            return tuple(fits)
+            if accept is None or accept(tuple(fits)):
+                return tuple(fits)
     return None
 
 

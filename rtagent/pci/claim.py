@@ -80,7 +80,7 @@ class HeldDevice:
         return cls(**data)
 
 
-def choose(table, requests, instance_cells=None, cell_sockets=None):
+def choose(table, requests, instance_cells=None, cell_sockets=None, node_uuid=None):
     """The devices of ``table`` that meet ``requests`` (see
     :func:`rtagent.pci.pools.select`), as holds in request order, then
     address order.
@@ -88,11 +88,12 @@ def choose(table, requests, instance_cells=None, cell_sockets=None):
     :param instance_cells: the host cells the guest's NUMA cells are on, or
         None for a guest without NUMA topology (no NUMA filtering).
     :param cell_sockets: host cell id -> socket id (the socket policy).
+    :param node_uuid: the node's UUID, for a spec's ``rp_uuids``.
     :raises errors.DevicesUnavailable: a request cannot be met.
     """
     if not requests:
         return ()
-    chosen = pools.select(table, requests, instance_cells, cell_sockets)
+    chosen = pools.select(table, requests, instance_cells, cell_sockets, node_uuid)
     return tuple(
         HeldDevice.of(table.get(address), request.request_id)
         for request in requests

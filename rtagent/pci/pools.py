@@ -42,6 +42,7 @@ Done differently, each for a reason:
 import dataclasses
 import json
 import types
+import uuid as uuidlib
 
 from rtagent.pci import devices, errors, model
 
@@ -131,30 +132,52 @@ def pools(table):
     return tuple(Pool(*key, addresses=tuple(grouped[key])) for key in ordered)
 
 
-def as_nova_pools(pool_values):
+def as_nova_pools(pool_values, provider_of=None):
     """Pools as nova's ``PciDevicePool`` fields (what a compute node's
     ``pci_device_pools`` holds): vendor_id, product_id, numa_node, count,
-    and every other key in ``tags`` as a string (or None)."""
-    return [
-        {
-            "vendor_id": p.vendor_id,
-            "product_id": p.product_id,
-            "numa_node": p.numa_node,
-            "count": p.count,
-            "tags": {"dev_type": p.dev_type, "address": p.address}
-            | {name: _as_string(value) for name, value in p.tags},
-        }
-        for p in pool_values
-    ]
+    and every other key in ``tags`` as a string (or None).
+
+    :param provider_of: callable(address) -> the UUID of the Placement
+        provider of a PF's or device's address, with ``[pci]
+        report_in_placement``: each pool reported in Placement then carries
+        it as ``rp_uuid``, which nova's scheduler matches against the
+        providers it allocated. None: no ``rp_uuid``.
+    """
+    found = []
+    for p in pool_values:
+        tags = {"dev_type": p.dev_type, "address": p.address}
+        tags |= {name: _as_string(value) for name, value in p.tags}
+        if provider_of is not None and not tags.get("physical_network"):
+            tags["rp_uuid"] = provider_of(p.address)
+        found.append(
+            {
+                "vendor_id": p.vendor_id,
+                "product_id": p.product_id,
+                "numa_node": p.numa_node,
+                "count": p.count,
+                "tags": tags,
+            }
+        )
+    return found
 
 
-def select(table, requests, instance_cells=None, cell_sockets=None):
+def provider_uuid(node_uuid, address):
+    """The UUID of the Placement provider of the device at ``address`` (a
+    PF's or standalone device's) on node ``node_uuid``: the same across
+    restarts, and when reporting is turned off and on again."""
+    return str(uuidlib.uuid5(uuidlib.UUID(node_uuid), f"pci:{address}"))
+
+
+def select(table, requests, instance_cells=None, cell_sockets=None, node_uuid=None):
     """Choose free devices for every request of one instance, in order.
 
     :param requests: :class:`PciRequest` values, distinct ids.
     :param instance_cells: host cell ids the guest's NUMA cells are on;
         None (or empty) for a guest without NUMA topology.
     :param cell_sockets: host cell id -> socket id, for the socket policy.
+    :param node_uuid: the node's UUID: a spec's ``rp_uuids`` (the device
+        providers Placement allocated) then admits only the devices of those
+        providers (:func:`provider_uuid`).
     :returns: {request_id: sorted tuple of addresses}. No device twice,
         never a PF together with one of its VFs.
     :raises errors.InvalidRequest: two requests share an id.
@@ -169,7 +192,7 @@ def select(table, requests, instance_cells=None, cell_sockets=None):
     taken = _taken_along(table)
     chosen = {}
     for request in requests:
-        matching = [d for d in free.values() if _matches(request, d)]
+        matching = [d for d in free.values() if _matches(request, d, node_uuid)]
         wanted = [d for d in matching if _offered(request, d)]
         tiers = _tiers(request.numa_policy, wanted, cells, cell_sockets or {})
         picked, tried = None, -1
@@ -230,7 +253,10 @@ def _as_string(value):
     return str(value)
 
 
-def _spec_matches(spec, view):
+def _spec_matches(spec, view, provider=None):
+    rp_uuids = spec.get("rp_uuids")
+    if rp_uuids and provider is not None and provider not in rp_uuids:
+        return False
     for key, want in spec.items():
         if key in _PLACEMENT_KEYS:
             continue
@@ -243,9 +269,10 @@ def _spec_matches(spec, view):
     return True
 
 
-def _matches(request, dev):
+def _matches(request, dev, node_uuid=None):
     view = _view(dev)
-    if not any(_spec_matches(spec, view) for spec in request.specs):
+    provider = provider_uuid(node_uuid, view["address"]) if node_uuid else None
+    if not any(_spec_matches(spec, view, provider) for spec in request.specs):
         return False
     # No device provider in Placement checks these yet: check them here.
     return not request.placement_entries or any(

@@ -36,8 +36,13 @@ MAX_SPEC_KEYS = 16
 MAX_VALUE_CHARS = 255
 KEYS = ("alias", "spec", "count", "numa_policy", "request_id")
 # Placement's to match: a request by spec cannot state them (an alias can,
-# with [pci] report_in_placement).
+# with [pci] report_in_placement), except ``rp_uuids`` with it.
 PLACEMENT_KEYS = ("resource_class", "traits", "rp_uuid", "rp_uuids")
+# A spec's ``rp_uuids`` (with [pci] report_in_placement): the device
+# providers Placement allocated the request from, as nova's scheduler
+# writes them into the spec (a comma-separated string, or a list).
+RP_UUIDS = "rp_uuids"
+MAX_RP_UUIDS = MAX_COUNT
 # Derived request ids: uuid5 of "<instance uuid>/<position>" in this namespace.
 NAMESPACE = uuid.UUID("9f7bbf2a-4b1e-4f43-9c3e-6d1f0c2a7e51")
 REQUEST_ID_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z"
@@ -125,7 +130,7 @@ def _request(item, where, aliases, in_placement):
             placement_entries=entries if in_placement else (),
         )
     else:
-        fields.update(specs=_specs(item["spec"], f"{where}.spec"), numa_policy=policy)
+        fields.update(specs=_specs(item["spec"], f"{where}.spec", in_placement), numa_policy=policy)
     return fields
 
 
@@ -139,13 +144,27 @@ def _alias(name, aliases, where):
     return tuple(entries)
 
 
-def _specs(specs, where):
+def _specs(specs, where, in_placement=False):
     if not isinstance(specs, list | tuple) or not 1 <= len(specs) <= MAX_SPECS:
         raise InvalidRequest(f"must be a list of 1 to {MAX_SPECS} spec objects", where)
-    return tuple(_spec(spec, f"{where}.{i}") for i, spec in enumerate(specs))
+    return tuple(_spec(spec, f"{where}.{i}", in_placement) for i, spec in enumerate(specs))
 
 
-def _spec(spec, where):
+def _rp_uuids(value, at):
+    """The provider UUIDs of a spec's ``rp_uuids``, as a sorted tuple."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not 1 <= len(items) <= MAX_RP_UUIDS:
+        raise InvalidRequest(f"must name 1 to {MAX_RP_UUIDS} provider UUIDs", at)
+    found = set()
+    for item in items:
+        try:
+            found.add(str(uuid.UUID(str(item).strip())))
+        except ValueError:
+            raise InvalidRequest(f"{item!r} is not a UUID", at) from None
+    return tuple(sorted(found))
+
+
+def _spec(spec, where, in_placement=False):
     if not isinstance(spec, dict) or not 1 <= len(spec) <= MAX_SPEC_KEYS:
         raise InvalidRequest(f"must be an object of 1 to {MAX_SPEC_KEYS} keys", where)
     checked = {}
@@ -153,6 +172,9 @@ def _spec(spec, where):
         at = f"{where}.{key}"
         if not isinstance(key, str) or not _SPEC_KEY.match(key):
             raise InvalidRequest("a key is 1-64 lower-case letters, digits and _", where)
+        if key == RP_UUIDS and in_placement:
+            checked[key] = _rp_uuids(value, at)
+            continue
         if key in PLACEMENT_KEYS:
             raise InvalidRequest("matched by Placement: ask for it through an alias", at)
         if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:

@@ -26,11 +26,10 @@ the root, so the scheduler never hands it out either.
 
 import dataclasses
 import types
-import uuid as uuidlib
 
 import os_traits
 
-from rtagent.pci import errors, model, spec
+from rtagent.pci import errors, model, pools, spec
 from rtagent.placement.tree import Provider
 from rtagent.resources import Inventory, frozen_map
 
@@ -76,10 +75,7 @@ class Layout:
 NO_LAYOUT = Layout()
 
 
-def provider_uuid(node_uuid, address):
-    """The UUID of the provider of the device at ``address`` (a PF's or
-    standalone device's) on node ``node_uuid``."""
-    return str(uuidlib.uuid5(uuidlib.UUID(node_uuid), f"pci:{address}"))
+provider_uuid = pools.provider_uuid
 
 
 def provider_name(hypervisor_hostname, address):

@@ -5,6 +5,7 @@ from rtagent.resources import frozen_map
 from rtagent.tracker import errors
 from rtagent.tracker.model import RELEASED_VM_STATES
 from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
+from rtagent.tracker.pciholds import layout_filter
 from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
@@ -73,7 +74,13 @@ def claim_instance(
     )
     # A guest already running pinned (claimed after the fact) keeps its CPUs.
     numa = ensure_numa_fits(
-        state, ctx, guest, instance_uuid=instance.uuid, own_domain=True, running=running_cpus
+        state,
+        ctx,
+        guest,
+        instance_uuid=instance.uuid,
+        own_domain=True,
+        running=running_cpus,
+        accept=layout_filter(state, pci_requests),
     )
     pci = ensure_pci_fits(state, pci_requests, numa)
     return state.with_instance(

@@ -25,6 +25,7 @@ from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
 from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
+from rtagent.tracker.pciholds import layout_filter
 from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
@@ -113,7 +114,13 @@ def start_move(
             instance_uuid=migration.instance_uuid,
             assigned_request=assigned_request,
         )
-        new_numa = ensure_numa_fits(state, ctx, guest, instance_uuid=migration.instance_uuid)
+        new_numa = ensure_numa_fits(
+            state,
+            ctx,
+            guest,
+            instance_uuid=migration.instance_uuid,
+            accept=layout_filter(state, pci_requests),
+        )
         new_pci = ensure_pci_fits(state, pci_requests, new_numa)
         migration = migration.replace(
             new_assigned=frozen_map(chosen), new_numa=new_numa, new_pci=new_pci

@@ -10,6 +10,7 @@ in its one transaction, and the node's device table is rebuilt from them
 
 from rtagent.pci import claim as pci_claim
 from rtagent.pci import devices as pcidevs
+from rtagent.pci import errors as pci_errors
 from rtagent.tracker import ledger
 
 
@@ -65,5 +66,27 @@ def ensure_fits(state, requests, numa=None):
     if not requests:
         return ()
     cells = sorted({f.host_cell for f in numa.fits}) if numa is not None else None
+    return _choose(state, requests, cells)
+
+
+def _choose(state, requests, cells):
     sockets = {c.id: c.cpus[0].socket_id for c in state.host.numa_cells if c.cpus}
-    return pci_claim.choose(state.pci_devices, requests, cells, sockets)
+    return pci_claim.choose(state.pci_devices, requests, cells, sockets, state.node_uuid)
+
+
+def layout_filter(state, requests):
+    """callable(fits) -> whether ``requests`` can be had with the guest on
+    the host cells of ``fits`` (NUMA ``CellFit`` values), for the NUMA
+    fitter to choose cells the devices allow, as nova's does; None when
+    there is no request."""
+    if not requests:
+        return None
+
+    def accept(fits):
+        try:
+            _choose(state, requests, sorted({f.host_cell for f in fits}))
+        except pci_errors.DevicesUnavailable:
+            return False
+        return True
+
+    return accept

@@ -510,7 +510,9 @@ def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_reques
     return assigned.pick_from(ctx.offered, state.ids_in_use(), assigned_request, instance_uuid)
 
 
-def ensure_numa_fits(state, ctx, guest, *, instance_uuid, own_domain=False, running=None):
+def ensure_numa_fits(
+    state, ctx, guest, *, instance_uuid, own_domain=False, running=None, accept=None
+):
     """Place ``guest`` (a :class:`~rtagent.numa.constraints.GuestTopology`,
     or None) on the node's NUMA cells, given every NUMA claim the node
     holds; shared vCPUs and memory overcommit by the node's VCPU and
@@ -519,7 +521,10 @@ def ensure_numa_fits(state, ctx, guest, *, instance_uuid, own_domain=False, runn
     pinned; with ``own_domain``, an instance whose domain already runs
     pinned may keep only the dedicated CPUs it is pinned to
     (:mod:`rtagent.numa.domains`), or of ``running`` (the CPUs its caller
-    says it runs on) when given.
+    says it runs on) when given. ``accept(fits)`` picks among the layouts
+    that fit (the claim's PCI devices must be had on them); when it accepts
+    none, the first layout that fits is returned, and the PCI choice on it
+    says why the claim cannot be had.
 
     :returns: a :class:`~rtagent.numa.claim.NumaClaim`, or None for no
         topology.
@@ -545,9 +550,14 @@ def ensure_numa_fits(state, ctx, guest, *, instance_uuid, own_domain=False, runn
         ram_allocation_ratio=_ratio(ctx.inventories, MEMORY_MB),
     )
     isolate = guest.emulator_isolate
-    placed = numa_claim.place(
-        guest.cells, cells, limits, emulator_isolate=isolate, pack=state.policy.numa_pack
-    )
+    pack = state.policy.numa_pack
+    placed = None
+    if accept is not None:
+        placed = numa_claim.place(
+            guest.cells, cells, limits, emulator_isolate=isolate, pack=pack, accept=accept
+        )
+    if placed is None:
+        placed = numa_claim.place(guest.cells, cells, limits, emulator_isolate=isolate, pack=pack)
     if placed is None:
         reason = numa_claim.refusal(guest.cells, cells, isolate)
         if own is not None:

@@ -632,4 +632,10 @@ class Tracker:
 
     def compute_node_view(self, host_ip):
         """The compute-node dict a Nova scheduler reads (see :mod:`.view`)."""
-        return view.compute_node(self.snapshot(), host_ip, metrics=self._host_metrics)
+        pci = self._state.pci
+        return view.compute_node(
+            self.snapshot(),
+            host_ip,
+            metrics=self._host_metrics,
+            pci_in_placement=pci.report_in_placement if pci is not None else False,
+        )

@@ -20,13 +20,15 @@ from rtagent.resources import DISK_GB, MEMORY_MB, PCPU, VCPU
 from rtagent.tracker import ledger
 
 
-def compute_node(snapshot, host_ip, now=None, metrics=()):
+def compute_node(snapshot, host_ip, now=None, metrics=(), pci_in_placement=False):
     """The compute-node dict for ``snapshot``.
 
     :param host_ip: the node's IP address (``[DEFAULT] my_ip``).
     :param now: a timezone-aware datetime for ``updated_at`` (default: now).
     :param metrics: the host's ``HostMetric`` values (the tracker's
         ``host_metrics()``), listed as nova's ``MonitorMetricList.to_list()``.
+    :param pci_in_placement: ``[pci] report_in_placement``: each PCI pool
+        names its device provider (``rp_uuid``), as nova's scheduler needs.
     """
     host = snapshot.host
     policy = snapshot.policy
@@ -65,9 +67,17 @@ def compute_node(snapshot, host_ip, now=None, metrics=()):
         "supported_instances": [list(s) for s in getattr(host, "supported_instances", ())],
         "metrics": metrics_list(metrics),
         "numa_topology": numa_topology(snapshot.numa_cells),
-        "pci_device_pools": pools.as_nova_pools(pools.pools(snapshot.pci_devices)),
+        "pci_device_pools": pools.as_nova_pools(
+            pools.pools(snapshot.pci_devices), _pci_provider_of(snapshot, pci_in_placement)
+        ),
         "updated_at": updated,
     }
+
+
+def _pci_provider_of(snapshot, in_placement):
+    if not in_placement or not snapshot.node_uuid:
+        return None
+    return lambda address: pools.provider_uuid(snapshot.node_uuid, address)
 
 
 def metrics_list(metrics):
