@@ -165,8 +165,12 @@ class RtagentResourceTracker:
             # reads the driver once per periodic.
             self.link.audit(nodename, reading)
         except RtagentError as exc:
-            # nova's callers (and its tests) know this failure by this name.
+            # nova's callers (and its tests) know these failures by these
+            # names; a PCI layout Placement cannot hold stops nova-compute
+            # at start-up, as nova's own check does.
             LOG.error("Audit of node %s failed: %s", nodename, exc)
+            if getattr(exc, "code", None) == "pci.placement_layout_invalid":
+                raise exception.PlacementPciException(error=str(exc)) from exc
             raise exception.ResourceProviderSyncFailed() from exc
         view = self._update_node(context, nodename)
         if view is not None:

@@ -9,6 +9,8 @@ Three ownership rules keep us from clobbering others:
 * inventories: only ``managed_classes`` (and the desired ones) are written
   or removed; any other class's inventory is carried over as Placement has
   it (Placement replaces a provider's inventories as a whole);
+* an ``owned`` provider (one the agent made for a PCI device) is wholly the
+  agent's: its inventories and traits are exactly the desired ones;
 * allocation ratios: an inventory whose desired ratio is None keeps the ratio
   Placement has (an operator may set it through the API), or takes the
   provider's ``ratio_defaults`` when the inventory is new;
@@ -67,6 +69,8 @@ def resolve_inventories(desired, current):
     """
     current_invs = current.inventories if current else {}
     ours = desired.managed_classes | frozenset(desired.inventories)
+    if desired.owned:
+        ours |= frozenset(current_invs)
     resolved = {
         rc: {f: getattr(inv, f) for f in _INVENTORY_FIELDS}
         for rc, inv in current_invs.items()
@@ -89,6 +93,8 @@ def resolve_inventories(desired, current):
 
 def merged_traits(desired, current_traits):
     """The trait set to write: others' traits kept, ours as desired."""
+    if desired.owned:
+        return frozenset(desired.traits)
     foreign = current_traits - desired.managed_traits - desired.traits
     return frozenset(foreign | desired.traits)
 

@@ -122,6 +122,9 @@ def layout(table, node_uuid, hypervisor_hostname, drift=()):
                 traits=traits,
                 managed_traits=traits | _OWN_TRAITS,
                 managed_classes=frozenset({rc}),
+                # A spec whose resource class or traits changed leaves
+                # nothing of the old ones.
+                owned=True,
                 sticky_reserved=frozenset({rc}) if one_time else frozenset(),
             )
         )

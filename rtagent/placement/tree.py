@@ -22,6 +22,10 @@ class Provider:
         inventory this agent decides: absent from ``inventories`` means
         remove. Inventories of other classes (added by an operator or
         another service) are carried over untouched.
+    :param owned: (desired trees only) every inventory and trait of the
+        provider is this agent's to decide (a provider it made for a PCI
+        device, as nova owns its own): a class or trait it no longer
+        reports is removed, whatever it was.
     :param ratio_defaults: (desired trees only) resource class -> ratio for
         an inventory whose ``allocation_ratio`` is None when Placement has
         no value yet (the ``initial_*_allocation_ratio`` options).
@@ -40,6 +44,7 @@ class Provider:
     traits: frozenset = frozenset()
     managed_traits: frozenset = frozenset()
     managed_classes: frozenset = frozenset()
+    owned: bool = False
     ratio_defaults: object = dataclasses.field(default_factory=lambda: frozen_map({}))
     sticky_reserved: frozenset = frozenset()
 

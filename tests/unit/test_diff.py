@@ -147,3 +147,34 @@ def test_a_sticky_reserved_is_never_lowered_by_us_but_may_rise():
     assert reserved_written(child(0), child(1, generation=4)) == []  # kept at 1
     assert reserved_written(child(0, sticky=False), child(1, generation=4)) == [0]
     assert reserved_written(child(1), child(0, generation=4)) == [1]
+
+
+def test_an_owned_provider_keeps_no_class_or_trait_the_agent_stopped_reporting():
+    # A device spec changed from CUSTOM_PF / trait PF_WHITE to CUSTOM_PF2 /
+    # PF_BLACK: nothing of the old ones stays on the device's provider.
+    def child(rc, trait, owned=True, generation=None):
+        return Provider(
+            uuid=CHILD,
+            name="node1_0000:81:00.0",
+            parent_uuid=ROOT,
+            generation=generation,
+            inventories=frozen_map({rc: Inventory(1, 0, 1, 1, 1, 1.0)}),
+            traits=frozenset({trait}),
+            managed_traits=frozenset({trait}),
+            managed_classes=frozenset({rc}),
+            owned=owned,
+        )
+
+    current = child("CUSTOM_PF", "CUSTOM_PF_WHITE", generation=3)
+    ops = diff.diff(ProviderTree([child("CUSTOM_PF2", "CUSTOM_PF_BLACK")]), ProviderTree([current]))
+    written = {type(op).__name__: op for op in ops}
+    assert set(written["SetInventories"].inventories) == {"CUSTOM_PF2"}
+    assert written["SetTraits"].traits == frozenset({"CUSTOM_PF_BLACK"})
+    # Not owned: what the agent does not manage is carried over.
+    ops = diff.diff(
+        ProviderTree([child("CUSTOM_PF2", "CUSTOM_PF_BLACK", owned=False)]),
+        ProviderTree([current]),
+    )
+    written = {type(op).__name__: op for op in ops}
+    assert set(written["SetInventories"].inventories) == {"CUSTOM_PF", "CUSTOM_PF2"}
+    assert written["SetTraits"].traits == frozenset({"CUSTOM_PF_WHITE", "CUSTOM_PF_BLACK"})

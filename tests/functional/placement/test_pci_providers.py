@@ -209,6 +209,24 @@ def test_a_restart_finds_its_providers_and_writes_nothing(pci_agent, operator):
     assert allocations_of(operator, inst) == before
 
 
+def test_a_spec_whose_class_and_traits_changed_leaves_nothing_of_the_old_ones(pci_agent, operator):
+    first = pci_agent()
+    root = first.tracker.node_uuid
+    gpu_rp = provider_uuid(root, GPU)
+    first.close()
+
+    # The GPU's spec now names another class and another trait.
+    changed = GPU_SPEC.replace('"t4"', '"t4_big"').replace('"ml"', '"hpc"')
+    pci_agent(specs=(VF_SPEC, changed))
+    inventories = get(operator, f"/resource_providers/{gpu_rp}/inventories")["inventories"]
+    assert set(inventories) == {"CUSTOM_T4_BIG"}
+    assert set(get(operator, f"/resource_providers/{gpu_rp}/traits")["traits"]) == {
+        "COMPUTE_MANAGED_PCI_DEVICE",
+        "OWNER_NOVA",
+        "CUSTOM_HPC",
+    }
+
+
 def test_a_one_time_use_device_stays_reserved_after_its_free_until_an_operator_clears_it(
     pci_agent, operator
 ):
