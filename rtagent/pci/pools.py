@@ -31,8 +31,11 @@ Done differently, each for a reason:
 - Within what a policy allows, devices are ranked (guest cell, then no
   node, then other cells; then fewest other free devices taken along: a VF
   whose PF is already blocked before one whose PF is free, a PF with fewest
-  free VFs; then address). nova takes pools in insertion order, so it may
-  split VFs over PFs and leave no whole PF free.
+  free VFs; then the lowest PF or device address, and of one PF's VFs the
+  highest, the device nova would give: it takes pools in address order and
+  a pool's devices from its end). nova takes pools in insertion order
+  without the ranking, so it may split VFs over PFs and leave no whole PF
+  free.
 - A tier is tried by really picking from it, so a PF and its VFs that
   exclude each other never make a tier look sufficient.
 - *socket* without socket ids for some cells counts only the cells that
@@ -326,7 +329,8 @@ def _pick(taken, free, tier, count, cells):
             key=lambda d: (
                 _numa_rank(d, cells),
                 len(taken[d.address] & left.keys()),
-                d.address,
+                d.host.parent_addr or d.address,
+                -_address_number(d.address),
             ),
         )
         picked.append(best)
@@ -334,6 +338,11 @@ def _pick(taken, free, tier, count, cells):
             left.pop(address, None)
             candidates.pop(address, None)
     return picked
+
+
+def _address_number(address):
+    """``dddd:bb:ss.f`` as one number, for ordering."""
+    return int(address.replace(":", "").replace(".", ""), 16)
 
 
 def _numa_rank(dev, cells):

@@ -35,7 +35,8 @@ VFS = tuple(f"0000:3b:02.{fn}" for fn in range(4))
 NIC_SPEC = '{"devname": "ens1f0", "physical_network": "physnet1"}'
 GPU_SPEC = '{"vendor_id": "10de", "product_id": "1eb8", "resource_class": "CUSTOM_T4"}'
 NIC_TAGS = {"physical_network": "physnet1"}
-# A guest started by hand, with the first VF and the GPU passed through.
+# A guest started by hand, with the last VF (the one a claim takes first,
+# as nova) and the GPU passed through.
 BY_HAND = "1a6e0c3e-0000-4000-8000-0000000000aa"
 DOMAIN = f"""<domain type='test'>
   <name>by-hand</name>
@@ -45,7 +46,7 @@ DOMAIN = f"""<domain type='test'>
   <os><type>hvm</type></os>
   <devices>
     <hostdev mode='subsystem' type='pci' managed='yes'>
-      <source><address domain='0x0000' bus='0x3b' slot='0x02' function='0x0'/></source>
+      <source><address domain='0x0000' bus='0x3b' slot='0x02' function='0x3'/></source>
     </hostdev>
     <hostdev mode='subsystem' type='pci' managed='yes'>
       <source><address domain='0x0000' bus='0xaf' slot='0x00' function='0x0'/></source>
@@ -175,17 +176,17 @@ def test_a_device_a_domain_holds_without_a_claim_is_drift_and_never_pooled(sriov
     snap = agent.tracker.snapshot()
 
     assert [(h.address, h.owner, h.domain_name) for h in snap.pci_held] == [
-        (VFS[0], BY_HAND, "by-hand")
+        (VFS[3], BY_HAND, "by-hand")
     ]
     held = tracked(agent)
-    assert held[VFS[0]] == (model.TYPE_VF, NIC_TAGS, devices.ALLOCATED, BY_HAND)
+    assert held[VFS[3]] == (model.TYPE_VF, NIC_TAGS, devices.ALLOCATED, BY_HAND)
     # Its PF cannot be passed through while a VF of it is in a guest.
     assert held[PF][2] == devices.UNAVAILABLE
     assert compute_node(agent)["pci_device_pools"] == [VF_POOL | {"count": 3}]
     # The domain itself is untracked drift too.
     assert [d.uuid for d in snap.drift.untracked] == [BY_HAND]
     drift = node_status(snap)["drift"]
-    assert drift["pci_devices_held"] == [{"address": VFS[0], "owner": BY_HAND, "domain": "by-hand"}]
+    assert drift["pci_devices_held"] == [{"address": VFS[3], "owner": BY_HAND, "domain": "by-hand"}]
 
     # A steady audit keeps the very same state: the drift is not rebuilt.
     agent.audit()
@@ -229,7 +230,7 @@ def test_status_of_a_running_agent_lists_pools_and_held_devices(tmp_path):
     start = lines.index("  PCI devices: 6 tracked, 3 free in 1 pool(s)")
     assert lines[start + 1 : start + 4] == [
         f"    8086:154c type-VF of PF {PF}, NUMA node 0: 3 free physical_network=physnet1",
-        f"    {VFS[0]} held by domain by-hand {BY_HAND} without a claim",
+        f"    {VFS[3]} held by domain by-hand {BY_HAND} without a claim",
         f"    {GPU} held by domain by-hand {BY_HAND} without a claim",
     ]
 
@@ -246,18 +247,18 @@ def test_claimed_devices_survive_a_restart_and_the_guest_holding_them_is_no_drif
         flavor={"vcpus": 1, "memory_mb": 512},
         pci_requests=[{"alias": "nic", "count": 1}],
     )
-    assert [d["address"] for d in reply["result"]["pci_devices"]] == [VFS[0]], reply
+    assert [d["address"] for d in reply["result"]["pci_devices"]] == [VFS[3]], reply
     first.close()  # the state directory is the second agent's now
 
     # The guest now runs, with its VF and a GPU no claim gave it.
     second = sriov_agent(NIC_SPEC, GPU_SPEC, aliases=[NIC_ALIAS], domains=DOMAIN)
     held = tracked(second)
-    assert held[VFS[0]] == (model.TYPE_VF, NIC_TAGS, devices.ALLOCATED, BY_HAND)
+    assert held[VFS[3]] == (model.TYPE_VF, NIC_TAGS, devices.ALLOCATED, BY_HAND)
     assert held[GPU][2:] == (devices.ALLOCATED, BY_HAND)
     snap = second.tracker.snapshot()
     assert [(h.address, h.owner) for h in snap.pci_held] == [(GPU, BY_HAND)]  # the VF is claimed
     (instance,) = snap.instances
-    assert [h.address for h in instance.pci_devices] == [VFS[0]]
+    assert [h.address for h in instance.pci_devices] == [VFS[3]]
     status = node_status(snap)
-    assert [(c["address"], c["owner"]) for c in status["pci"]["claimed"]] == [(VFS[0], BY_HAND)]
+    assert [(c["address"], c["owner"]) for c in status["pci"]["claimed"]] == [(VFS[3], BY_HAND)]
     assert compute_node(second)["pci_device_pools"] == [VF_POOL | {"count": 3}]

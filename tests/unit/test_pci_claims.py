@@ -22,7 +22,8 @@ from tests.unit.helpers import make_tracker
 from tests.unit.test_numa_claims import NUMA_HOST, PINNED
 
 PF = model.HostDevice("0000:3b:00.0", "8086", "1572", model.TYPE_PF, 0, devname="ens1f0")
-VF0, VF1 = (
+# VF0 is the one taken first: of one PF's VFs the highest address, as nova.
+VF1, VF0 = (
     model.HostDevice(f"0000:3b:02.{fn}", "8086", "154c", model.TYPE_VF, 0, parent_addr=PF.address)
     for fn in range(2)
 )
@@ -34,7 +35,7 @@ HOST = dataclasses.replace(
     NUMA_HOST,
     cpu_shared_set=frozenset({0, 1, 4, 5, 6, 7}),
     cpu_dedicated_set=frozenset({2, 3}),
-    pci_devices=(PF, VF0, VF1, GPU_CELL1, GPU_NO_NODE),
+    pci_devices=(PF, VF1, VF0, GPU_CELL1, GPU_NO_NODE),
 )
 
 
@@ -241,6 +242,22 @@ def test_numa_policies_follow_the_guest_cells(opened):
     assert [h.address for h in preferred.pci_devices] == [GPU_CELL1.address]
 
 
+def test_the_guest_cells_are_chosen_where_its_devices_are(opened):
+    # Dedicated CPUs on both cells: the guest fits on cell 0 first, but the
+    # only GPU its required policy allows is on cell 1, so it goes there.
+    tracker = opened(host=dataclasses.replace(HOST, cpu_dedicated_set=NUMA_HOST.cpu_dedicated_set))
+    required = tracker.instance_claim(
+        new_uuid(), SMALL, extra_specs=PINNED, pci_requests=ask("gpu-required")
+    )
+    assert [c.host_cell for c in required.numa.fits] == [1]
+    assert [h.address for h in required.pci_devices] == [GPU_CELL1.address]
+    # Nowhere left for the next one: the PCI refusal says why, not NUMA.
+    with pytest.raises(DevicesUnavailable, match=r"required policy allows \(guest on host"):
+        tracker.instance_claim(
+            new_uuid(), SMALL, extra_specs=PINNED, pci_requests=ask("gpu-required")
+        )
+
+
 def test_claims_survive_a_restart_and_a_lost_device_stays_held(opened):
     tracker = opened()
     a, b = new_uuid(), new_uuid()
@@ -255,7 +272,7 @@ def test_claims_survive_a_restart_and_a_lost_device_stays_held(opened):
         restarted.instance_claim(new_uuid(), SMALL, pci_requests=ask("gpu-legacy"))
 
     # Restarted on a host without the GPU of cell 1: still held, and said so.
-    lost = dataclasses.replace(HOST, pci_devices=(PF, VF0, VF1, GPU_NO_NODE))
+    lost = dataclasses.replace(HOST, pci_devices=(PF, VF1, VF0, GPU_NO_NODE))
     snap = opened(host=lost).snapshot()
     assert owners(snap) == before
     (gone,) = devices.held_but_gone(snap.pci_devices)
@@ -386,7 +403,7 @@ def test_status_names_the_owner_of_each_held_device(opened, caplog):
     a, b = new_uuid(), new_uuid()
     tracker.instance_claim(a, SMALL, pci_requests=ask("vf", request_id="port-1"))
     tracker.instance_claim(b, SMALL, pci_requests=ask("gpu-legacy"))
-    lost = dataclasses.replace(HOST, pci_devices=(PF, VF0, VF1, GPU_NO_NODE))
+    lost = dataclasses.replace(HOST, pci_devices=(PF, VF1, VF0, GPU_NO_NODE))
     caplog.set_level(logging.WARNING, logger="rtagent.tracker.tracker")
     snap = tracker.update_host(lost)
     assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [

@@ -165,7 +165,7 @@ def test_the_doc_pci_claim_answers_what_the_doc_shows(served, broker):
     try:
         expected = {**shown, "instance_uuid": instance, "node_uuid": tracker.node_uuid}
         assert result(out["reply"]) == expected
-        assert held(served) == {VFS[0]: instance, VFS[1]: instance}
+        assert held(served) == {VFS[2]: instance, VFS[3]: instance}
     finally:
         tracker.abort_instance_claim(instance)
     assert held(served) == {}
@@ -184,7 +184,7 @@ def test_claims_refusals_moves_and_frees_over_the_broker(served, broker):
     first = result(replies[0])
     derived = first["pci_devices"][0]["request_id"]
     assert first["pci_devices"] == [
-        vf(0, derived),
+        vf(3, derived),
         device(GPU, "type-PCI", "1eb8", 1, "gpu-1", vendor="10de"),
     ]
     uuid.UUID(derived)  # derived from the instance and the position
@@ -248,9 +248,9 @@ def test_claims_refusals_moves_and_frees_over_the_broker(served, broker):
     assert (move["old_pci_devices"], move["new_pci_devices"]) == ([], moved["pci_devices"])
     claimed = result(replies[2])["pci"]["claimed"]
     assert [(h["address"], h["owner"], h["status"]) for h in claimed] == [
-        (VFS[0], a, "allocated"),
         (VFS[1], moving, "claimed"),
         (VFS[2], moving, "claimed"),
+        (VFS[3], a, "allocated"),
         (GPU, a, "allocated"),
     ]
     assert result(replies[3]) == {"applied": True}
@@ -373,7 +373,7 @@ def test_with_pci_in_placement_a_standalone_claim_allocates_its_devices(broker, 
             )
             (reply,) = conduct(broker, call, server=PLACEMENT_HOST)
             chosen = sorted(d["address"] for d in result(reply)["pci_devices"])
-            assert chosen == [VFS[0], VFS[1], GPU]
+            assert chosen == [VFS[2], VFS[3], GPU]
             api = placement.admin_adapter()
             root = served.node_uuid
             names = {

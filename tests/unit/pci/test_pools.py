@@ -174,7 +174,8 @@ def test_shortfall_without_alias_shows_specs_and_left_out_pfs():
 
 SELECT_CASES = [
     # (name, devices held by another instance, requests, chosen or None)
-    ("one VF", [], [request(VF_SPEC)], {"r1": (VF1A,)}),
+    # Of one PF's VFs the highest address first: the one nova would give.
+    ("one VF", [], [request(VF_SPEC)], {"r1": (VF1B,)}),
     ("VFs packed on one PF", [], [request(VF_SPEC, 2)], {"r1": (VF1A, VF1B)}),
     ("a VF of an already blocked PF first", [([VF2A], "x")], [request(VF_SPEC)], {"r1": (VF2B,)}),
     (
@@ -201,7 +202,7 @@ SELECT_CASES = [
         "PF or VF: the VF blocks less",
         [],
         [request(({**PF_SPEC, "product_id": "1572"}, VF_SPEC))],
-        {"r1": (VF1A,)},
+        {"r1": (VF1B,)},
     ),
     (
         "a PF and its VFs cannot make a count",
@@ -209,7 +210,7 @@ SELECT_CASES = [
         [request(({**PF_SPEC, "product_id": "1572"}, VF_SPEC), 3)],
         None,
     ),
-    ("tags case-insensitive", [], [request({"physical_network": "PHYSNET2"})], {"r1": (VF2A,)}),
+    ("tags case-insensitive", [], [request({"physical_network": "PHYSNET2"})], {"r1": (VF2B,)}),
     (
         "resource_class and traits left to Placement",
         [],
@@ -329,3 +330,18 @@ def test_selection_is_claimable(held, wanted, cells, policy):
     for req in requests:
         assert len(chosen[req.request_id]) == req.count
         table = devices.claim(table, chosen[req.request_id], "guest", req.request_id)
+
+
+def test_rp_uuids_admit_only_the_devices_of_those_providers():
+    # Placement allocated the request from PF2's provider: PF1's VFs,
+    # though free and matching, are not given.
+    node = "3f1c2b2a-0000-4000-8000-000000000001"
+    table = table_of(sriov_pairs())
+    pf2_rp = pools.provider_uuid(node, PF2)
+    req = PciRequest("r1", 1, ({**VF_SPEC, "rp_uuids": (pf2_rp,)},))
+    assert pools.select(table, [req], node_uuid=node) == {"r1": (VF2B,)}
+    two = PciRequest("r1", 2, ({**VF_SPEC, "rp_uuids": (pf2_rp,)},))
+    assert pools.select(table, [two], node_uuid=node) == {"r1": (VF2A, VF2B)}
+    three = PciRequest("r1", 3, ({**VF_SPEC, "rp_uuids": (pf2_rp,)},))
+    with pytest.raises(errors.DevicesUnavailable):
+        pools.select(table, [three], node_uuid=node)

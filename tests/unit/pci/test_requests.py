@@ -160,3 +160,35 @@ def test_with_report_in_placement_an_alias_resource_class_is_matched_here():
         devices.make_table(), [(gpu, {"resource_class": "CUSTOM_T4"}), (other, {})]
     )
     assert pools.select(table, [request]) == {request.request_id: (gpu.address,)}
+
+
+RP1, RP2 = "0b0c6a8e-0000-4000-8000-000000000001", "0b0c6a8e-0000-4000-8000-000000000002"
+
+
+def test_with_report_in_placement_a_spec_may_name_the_providers_placement_allocated():
+    spec = {"vendor_id": "8086", "rp_uuids": f"{RP2},{RP1}, {RP2}"}
+    (request,) = requests.parse(
+        [{"spec": [spec], "count": 2}], aliases={}, instance_uuid="i", in_placement=True
+    )
+    assert request.specs[0]["rp_uuids"] == (RP1, RP2)
+    (listed,) = requests.parse(
+        [{"spec": [{"rp_uuids": [RP1]}], "count": 1}], {}, "i", in_placement=True
+    )
+    assert listed.specs[0]["rp_uuids"] == (RP1,)
+
+
+@pytest.mark.parametrize(
+    ("value", "in_placement", "reason"),
+    [
+        (RP1, False, "matched by Placement"),
+        ("not-a-uuid", True, "'not-a-uuid' is not a UUID"),
+        ([], True, "must name 1 to 64 provider UUIDs"),
+        (7, True, "must name 1 to 64 provider UUIDs"),
+    ],
+)
+def test_bad_rp_uuids_are_refused(value, in_placement, reason):
+    with pytest.raises(InvalidRequest, match=reason) as caught:
+        requests.parse(
+            [{"spec": [{"rp_uuids": value}], "count": 1}], {}, "i", in_placement=in_placement
+        )
+    assert caught.value.field == "pci_requests.0.spec.0.rp_uuids"
