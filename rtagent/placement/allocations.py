@@ -26,6 +26,7 @@ touched (:func:`unknown_consumers`, :class:`ConsumerReport`).
 
 import dataclasses
 import logging
+import re
 import time
 
 from rtagent.placement import errors
@@ -34,6 +35,18 @@ LOG = logging.getLogger(__name__)
 
 # A consumer written by an older client has no type; nova writes INSTANCE.
 DEFAULT_CONSUMER_TYPE = "INSTANCE"
+_CONSUMER_TYPE = re.compile(r"\A[A-Z0-9_]{1,255}\Z")
+
+
+def consumer_type(body):
+    """The ``consumer_type`` to write back for a consumer as Placement
+    answered it (``GET /allocations/{c}``): its own, or INSTANCE for one
+    that has none. Placement shows a consumer written before consumer
+    types as ``unknown``, a value it refuses on write."""
+    found = body.get("consumer_type")
+    if isinstance(found, str) and _CONSUMER_TYPE.match(found):
+        return found
+    return DEFAULT_CONSUMER_TYPE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +155,7 @@ class AllocationHealer:
                     consumer_generation=generation,
                     project_id=body["project_id"],
                     user_id=body["user_id"],
-                    consumer_type=body.get("consumer_type") or DEFAULT_CONSUMER_TYPE,
+                    consumer_type=consumer_type(body),
                 )
             except errors.GenerationConflict:
                 # Someone wrote to it after our read: look again next pass.
@@ -196,7 +209,7 @@ class AllocationHealer:
                 consumer_generation=body["consumer_generation"],
                 project_id=owner["project_id"],
                 user_id=owner["user_id"],
-                consumer_type=owner.get("consumer_type") or DEFAULT_CONSUMER_TYPE,
+                consumer_type=consumer_type(owner),
             )
         except errors.GenerationConflict:
             LOG.error(

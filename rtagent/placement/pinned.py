@@ -25,7 +25,7 @@ import dataclasses
 import logging
 
 from rtagent.placement import errors
-from rtagent.placement.allocations import DEFAULT_CONSUMER_TYPE
+from rtagent.placement.allocations import consumer_type
 
 LOG = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class PinnedAllocations:
                 consumer_generation=body["consumer_generation"],
                 project_id=body["project_id"],
                 user_id=body["user_id"],
-                consumer_type=body.get("consumer_type") or DEFAULT_CONSUMER_TYPE,
+                consumer_type=consumer_type(body),
             )
         except errors.GenerationConflict:
             LOG.info("Consumer %s changed while its VCPU was moved to PCPU; next pass", consumer)

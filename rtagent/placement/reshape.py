@@ -24,7 +24,7 @@ import logging
 
 from rtagent.placement import diff as diffmod
 from rtagent.placement import errors
-from rtagent.placement.allocations import DEFAULT_CONSUMER_TYPE
+from rtagent.placement.allocations import consumer_type
 
 LOG = logging.getLogger(__name__)
 
@@ -179,5 +179,5 @@ def _body(current):
         "project_id": current["project_id"],
         "user_id": current["user_id"],
         "consumer_generation": current["consumer_generation"],
-        "consumer_type": current.get("consumer_type") or DEFAULT_CONSUMER_TYPE,
+        "consumer_type": consumer_type(current),
     }

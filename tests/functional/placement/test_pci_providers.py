@@ -161,6 +161,34 @@ def test_turned_on_and_off_the_instances_allocations_are_reshaped_both_ways(pci_
     again.audit()
 
 
+def test_turning_on_reshapes_a_consumer_written_before_consumer_types(pci_agent, operator):
+    # A scheduler of an older microversion wrote the flavor's allocation:
+    # Placement shows its consumer type as "unknown", which it refuses on
+    # write. The agent's claim is local (no user_id), as under nova.
+    first = pci_agent(report=False)
+    root = first.tracker.node_uuid
+    inst = str(uuid.uuid4())
+    first.tracker.instance_claim(inst, Flavor(1, 512, 0), pci_requests=list(BOTH))
+    body = {
+        "allocations": {root: {"resources": {"VCPU": 1, "MEMORY_MB": 512}}},
+        "project_id": "p",
+        "user_id": "u",
+        "consumer_generation": None,
+    }
+    put = operator.put(f"/allocations/{inst}", json=body, microversion="1.28")
+    assert put.status_code == 204, put.text
+    assert get(operator, f"/allocations/{inst}")["consumer_type"] == "unknown"
+    first.close()
+
+    pci_agent(report=True)
+    assert allocations_of(operator, inst) == {
+        root: {"VCPU": 1, "MEMORY_MB": 512},
+        provider_uuid(root, GPU): {GPU_RC: 1},
+        provider_uuid(root, PF): {VF_RC: 2},
+    }
+    assert get(operator, f"/allocations/{inst}")["consumer_type"] == "INSTANCE"
+
+
 def test_a_device_a_domain_holds_without_a_claim_is_reserved(pci_agent, operator):
     # DOMAIN, started by hand, holds a VF and the GPU.
     agent = pci_agent(domains=DOMAIN)
