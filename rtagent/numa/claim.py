@@ -222,11 +222,20 @@ def with_usage(cells, claims):
     return NumaUsage.of(claims).apply(cells)
 
 
-def place(guest_cells, cells, limits, *, emulator_isolate=False, pack=False, accept=None):
+def place(
+    guest_cells, cells, limits, *, emulator_isolate=False, pack=False, accept=None, cell_rank=None
+):
     """Fit ``guest_cells`` on ``cells`` (with their usage): a NumaClaim, or
-    None when nothing fits. ``accept``: see :func:`rtagent.numa.fit.fit`."""
+    None when nothing fits. ``accept``, ``cell_rank``: see
+    :func:`rtagent.numa.fit.fit`."""
     fits = fit.fit(
-        cells, guest_cells, limits, emulator_isolate=emulator_isolate, pack=pack, accept=accept
+        cells,
+        guest_cells,
+        limits,
+        emulator_isolate=emulator_isolate,
+        pack=pack,
+        accept=accept,
+        cell_rank=cell_rank,
     )
     if fits is None:
         return None

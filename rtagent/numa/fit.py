@@ -44,7 +44,14 @@ _NO_LIMITS = None
 
 
 def fit(
-    host_cells, guest_cells, limits=_NO_LIMITS, emulator_isolate=False, pack=False, *, accept=None
+    host_cells,
+    guest_cells,
+    limits=_NO_LIMITS,
+    emulator_isolate=False,
+    pack=False,
+    *,
+    accept=None,
+    cell_rank=None,
 ):
     """Place every guest cell on its own host cell.
 
@@ -57,11 +64,18 @@ def fit(
         (a tuple of CellFit): False moves on to the next one, as nova's
         fitter does when the instance's PCI devices cannot be had on the
         cells chosen. None: the first layout that fits.
+    :param cell_rank: callable(host cell id) -> a number; host cells are
+        tried in its order first, then by usage (nova puts the cells with
+        the most free PCI devices first for a guest that asks for devices,
+        last for one that does not), when the guest leaves some cells
+        unused. None: by usage only.
     :returns: a tuple of :class:`~rtagent.numa.model.CellFit`, one per
         guest cell in order, or None when nothing fits.
     """
-    hosts = sorted(host_cells, key=lambda h: (_usage(h) * (-1 if pack else 1), h.id))
-    guests = tuple(guest_cells)
+    host_cells, guests = tuple(host_cells), tuple(guest_cells)
+    # As nova: the PCI order only matters when there are cells to spare.
+    rank = cell_rank if cell_rank and len(host_cells) > len(guests) else (lambda _cell: 0)
+    hosts = sorted(host_cells, key=lambda h: (rank(h.id), _usage(h) * (-1 if pack else 1), h.id))
     if not guests or len(guests) > len(hosts):
         return None
     found = {}

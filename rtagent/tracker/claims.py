@@ -4,8 +4,8 @@ from rtagent.pci import claim as pci_claim
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors
 from rtagent.tracker.model import RELEASED_VM_STATES
+from rtagent.tracker.pciholds import cell_rank, layout_filter
 from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
-from rtagent.tracker.pciholds import layout_filter
 from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
@@ -81,6 +81,7 @@ def claim_instance(
         own_domain=True,
         running=running_cpus,
         accept=layout_filter(state, pci_requests),
+        cell_rank=cell_rank(state, pci_requests),
     )
     pci = ensure_pci_fits(state, pci_requests, numa)
     return state.with_instance(

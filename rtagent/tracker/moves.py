@@ -24,8 +24,8 @@ from rtagent.pci import claim as pci_claim
 from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
+from rtagent.tracker.pciholds import cell_rank, layout_filter
 from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
-from rtagent.tracker.pciholds import layout_filter
 from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
@@ -120,6 +120,7 @@ def start_move(
             guest,
             instance_uuid=migration.instance_uuid,
             accept=layout_filter(state, pci_requests),
+            cell_rank=cell_rank(state, pci_requests),
         )
         new_pci = ensure_pci_fits(state, pci_requests, new_numa)
         migration = migration.replace(

@@ -74,6 +74,21 @@ def _choose(state, requests, cells):
     return pci_claim.choose(state.pci_devices, requests, cells, sockets, state.node_uuid)
 
 
+def cell_rank(state, requests):
+    """callable(host cell id) -> its rank for the NUMA fitter, as nova
+    orders cells on a host that tracks PCI devices: the cells with the most
+    free devices first for a guest with ``requests``, last for one without
+    (so it leaves them to guests that need them). None when the node tracks
+    no PCI device."""
+    free = {}
+    for dev in pcidevs.available(state.pci_devices):
+        free[dev.host.numa_node] = free.get(dev.host.numa_node, 0) + 1
+    if not free:
+        return None
+    sign = -1 if requests else 1
+    return lambda cell: sign * free.get(cell, 0)
+
+
 def layout_filter(state, requests):
     """callable(fits) -> whether ``requests`` can be had with the guest on
     the host cells of ``fits`` (NUMA ``CellFit`` values), for the NUMA

@@ -511,7 +511,7 @@ def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_reques
 
 
 def ensure_numa_fits(
-    state, ctx, guest, *, instance_uuid, own_domain=False, running=None, accept=None
+    state, ctx, guest, *, instance_uuid, own_domain=False, running=None, accept=None, cell_rank=None
 ):
     """Place ``guest`` (a :class:`~rtagent.numa.constraints.GuestTopology`,
     or None) on the node's NUMA cells, given every NUMA claim the node
@@ -524,7 +524,8 @@ def ensure_numa_fits(
     says it runs on) when given. ``accept(fits)`` picks among the layouts
     that fit (the claim's PCI devices must be had on them); when it accepts
     none, the first layout that fits is returned, and the PCI choice on it
-    says why the claim cannot be had.
+    says why the claim cannot be had. ``cell_rank``: the order in which
+    host cells are tried first (:func:`rtagent.numa.fit.fit`).
 
     :returns: a :class:`~rtagent.numa.claim.NumaClaim`, or None for no
         topology.
@@ -554,10 +555,18 @@ def ensure_numa_fits(
     placed = None
     if accept is not None:
         placed = numa_claim.place(
-            guest.cells, cells, limits, emulator_isolate=isolate, pack=pack, accept=accept
+            guest.cells,
+            cells,
+            limits,
+            emulator_isolate=isolate,
+            pack=pack,
+            accept=accept,
+            cell_rank=cell_rank,
         )
     if placed is None:
-        placed = numa_claim.place(guest.cells, cells, limits, emulator_isolate=isolate, pack=pack)
+        placed = numa_claim.place(
+            guest.cells, cells, limits, emulator_isolate=isolate, pack=pack, cell_rank=cell_rank
+        )
     if placed is None:
         reason = numa_claim.refusal(guest.cells, cells, isolate)
         if own is not None:

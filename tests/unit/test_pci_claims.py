@@ -258,6 +258,24 @@ def test_the_guest_cells_are_chosen_where_its_devices_are(opened):
         )
 
 
+def test_a_guest_without_devices_keeps_off_the_cells_that_have_them(opened):
+    # As nova: with cells to spare, a guest that asks for no device is put
+    # where the fewest free devices are, one that asks for some where the
+    # most are.
+    gpu_cell0 = dataclasses.replace(GPU_CELL1, address="0000:ae:00.0", numa_node=0)
+    tracker = opened(
+        host=dataclasses.replace(
+            HOST, cpu_dedicated_set=NUMA_HOST.cpu_dedicated_set, pci_devices=(gpu_cell0,)
+        )
+    )
+    plain = tracker.instance_claim(new_uuid(), SMALL, extra_specs=PINNED)
+    assert [c.host_cell for c in plain.numa.fits] == [1]
+    with_gpu = tracker.instance_claim(
+        new_uuid(), SMALL, extra_specs=PINNED, pci_requests=ask("gpu-preferred")
+    )
+    assert [c.host_cell for c in with_gpu.numa.fits] == [0]
+
+
 def test_claims_survive_a_restart_and_a_lost_device_stays_held(opened):
     tracker = opened()
     a, b = new_uuid(), new_uuid()
