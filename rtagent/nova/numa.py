@@ -49,7 +49,8 @@ def host_cells(numa_topology):
         covered = set().union(*cores) if cores else set()
         cores += [frozenset({cpu}) for cpu in sorted(cpus - covered)]
         cores.sort(key=min)
-        socket = cell.socket if cell.obj_attr_is_set("socket") and cell.socket is not None else 0
+        known = cell.socket if cell.obj_attr_is_set("socket") else None
+        socket = known if known is not None else 0
         numa_cpus = sorted(
             (
                 NumaCpu(id=cpu, socket_id=socket, core_id=index, siblings=core)
@@ -61,7 +62,11 @@ def host_cells(numa_topology):
         pages = tuple(sorted((int(p.size_kb), int(p.total)) for p in cell.mempages or ()))
         cells.append(
             NumaCell(
-                id=int(cell.id), memory_mb=int(cell.memory), cpus=tuple(numa_cpus), pages=pages
+                id=int(cell.id),
+                memory_mb=int(cell.memory),
+                cpus=tuple(numa_cpus),
+                pages=pages,
+                socket_id=known,
             )
         )
     return tuple(sorted(cells, key=lambda c: c.id))

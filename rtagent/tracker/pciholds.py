@@ -70,7 +70,7 @@ def ensure_fits(state, requests, numa=None):
 
 
 def _choose(state, requests, cells):
-    sockets = {c.id: c.cpus[0].socket_id for c in state.host.numa_cells if c.cpus}
+    sockets = {c.id: c.socket for c in state.host.numa_cells if c.socket is not None}
     return pci_claim.choose(state.pci_devices, requests, cells, sockets, state.node_uuid)
 
 

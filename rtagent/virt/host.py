@@ -93,6 +93,9 @@ class NumaCell:
     :param pages: ``((page size KiB, total pages), ...)`` sorted by size;
         sizes above the base page are the cell's hugepages.
     :param distances: ``((cell id, distance), ...)`` sorted by id.
+    :param socket_id: the cell's socket when the driver says so for the
+        cell itself (nova's ``NUMACell.socket``), which holds also for a
+        cell whose CPUs are in neither CPU set; None: its CPUs' socket.
     """
 
     id: int
@@ -100,6 +103,14 @@ class NumaCell:
     cpus: tuple
     pages: tuple = ()
     distances: tuple = ()
+    socket_id: int | None = None
+
+    @property
+    def socket(self):
+        """The cell's socket id, or None when unknown."""
+        if self.socket_id is not None:
+            return self.socket_id
+        return self.cpus[0].socket_id if self.cpus else None
 
     @property
     def cpu_ids(self):

@@ -18,6 +18,7 @@ from rtagent.pci.errors import DevicesUnavailable, InvalidRequest
 from rtagent.rpc.status import node_status
 from rtagent.tracker import errors
 from rtagent.tracker.model import Flavor
+from rtagent.virt.host import NumaCell
 from tests.unit.helpers import make_tracker
 from tests.unit.test_numa_claims import NUMA_HOST, PINNED
 
@@ -274,6 +275,23 @@ def test_a_guest_without_devices_keeps_off_the_cells_that_have_them(opened):
         new_uuid(), SMALL, extra_specs=PINNED, pci_requests=ask("gpu-preferred")
     )
     assert [c.host_cell for c in with_gpu.numa.fits] == [0]
+
+
+def test_the_socket_policy_knows_the_socket_of_a_cell_without_cpus(opened):
+    # Cell 1 shares socket 0 with the guest's cell 0, but none of its CPUs
+    # is in either CPU set (nova's driver lists none): the cell's own socket
+    # counts.
+    cell0, _ = HOST.numa_cells
+    bare = NumaCell(1, 4096, (), socket_id=0)
+    tracker = opened(host=dataclasses.replace(HOST, numa_cells=(cell0, bare)))
+    claim = tracker.instance_claim(
+        new_uuid(),
+        SMALL,
+        extra_specs=PINNED,
+        pci_requests=ask("gpu-required", numa_policy="socket"),
+    )
+    assert [c.host_cell for c in claim.numa.fits] == [0]
+    assert [h.address for h in claim.pci_devices] == [GPU_CELL1.address]
 
 
 def test_claims_survive_a_restart_and_a_lost_device_stays_held(opened):
