@@ -503,6 +503,9 @@ class RtagentResourceTracker:
         )
         move_image = image_meta or instance.image_meta
         new_requests = migrations.new_pci_requests(instance, new_flavor)
+        # A live migration keeps the instance's requests and their ids:
+        # ComputeManager claims the devices for them (claim_pci_devices).
+        asked = instance.pci_requests if migration.is_live_migration else new_requests
         try:
             placed = self.link.call(
                 "start_move",
@@ -517,7 +520,7 @@ class RtagentResourceTracker:
                 volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
                 limits=requests.limits(limits),
                 **self._numa_request(cn, new_flavor, move_image),
-                **_pci_args(requests.pci_requests(new_requests)),
+                **_pci_args(requests.pci_requests(asked)),
             )
         except AgentRefused as exc:
             if exc.code not in _REFUSED:
@@ -640,7 +643,10 @@ class RtagentResourceTracker:
             return []
         wanted = {r.request_id for r in pci_requests.requests}
         for nodename, cn in self.compute_nodes.items():
-            for move in self._moves_to(cn, pci_requests.instance_uuid):
+            moves = self._moves_to(cn, pci_requests.instance_uuid)
+            if not moves:
+                moves = self._start_live_move(context, pci_requests.instance_uuid, cn)
+            for move in moves:
                 chosen = [
                     d for d in move.get("new_pci_devices") or () if d.get("request_id") in wanted
                 ]
@@ -650,6 +656,48 @@ class RtagentResourceTracker:
                         context, _Uuid(pci_requests.instance_uuid), nodename, placed
                     )
         raise exception.PciDeviceRequestFailed(requests=pci_requests.requests)
+
+    def _start_live_move(self, context, instance_uuid, cn):
+        """The agent's record, at ``cn``, of the instance's live migration
+        that ComputeManager checks here without a live-migration claim
+        (a guest without NUMA topology): its devices are chosen by the
+        agent now, with the flavor's resources, for the instance's own
+        requests. :returns: the move as ``get_instance`` lists it, in a
+        list; ``[]`` when there is no such migration or it is refused."""
+        found = objects.MigrationList.get_by_filters(
+            context,
+            {
+                "instance_uuid": instance_uuid,
+                "migration_type": "live-migration",
+                "status": list(_LIVE_CHECKING),
+            },
+            sort_keys=["created_at", "id"],
+            sort_dirs=["desc", "desc"],
+        )
+        if not found:
+            return []
+        migration = found[0]
+        instance = objects.Instance.get_by_uuid(
+            context, instance_uuid, expected_attrs=["flavor", "pci_requests"]
+        )
+        try:
+            placed = self.link.call(
+                "start_move",
+                node_uuid=cn.uuid,
+                migration_uuid=migration.uuid,
+                instance_uuid=instance_uuid,
+                migration_type="live-migration",
+                source_node=migrations.source_node_uuid(context, migration),
+                dest_node=cn.uuid,
+                old_flavor=requests.flavor(instance.flavor),
+                new_flavor=requests.flavor(instance.flavor),
+                volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
+                **_pci_args(requests.pci_requests(instance.pci_requests)),
+            )
+        except AgentRefused as exc:
+            LOG.warning("Live migration of %s to %s refused: %s", instance_uuid, cn.uuid, exc)
+            return []
+        return [{"dest_node": cn.uuid, "new_pci_devices": placed.get("pci_devices") or []}]
 
     def _moves_to(self, cn, instance_uuid):
         """The agent's moves of the instance whose destination is ``cn``."""
@@ -698,6 +746,10 @@ def tracker_class(make_link):
     return type(
         "ResourceTracker", (RtagentResourceTracker,), {"make_link": staticmethod(make_link)}
     )
+
+
+# A live migration's statuses while its destination is checked and prepared.
+_LIVE_CHECKING = ("accepted", "queued", "preparing", "running")
 
 
 def _pci_args(found):
