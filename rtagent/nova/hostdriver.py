@@ -23,8 +23,6 @@ import json
 import logging
 import threading
 
-import os_traits
-
 from rtagent.nova import numa
 from rtagent.pci import model as pci_model
 from rtagent.virt import errors
@@ -186,13 +184,9 @@ class NovaHostDriver(HostDriver):
 
     def _capabilities(self):
         as_traits = getattr(self._driver, "capabilities_as_traits", None)
-        found = dict(as_traits()) if as_traits is not None else {}
-        if os_traits.COMPUTE_REMOTE_MANAGED_PORTS in found:
-            # nova grants it only while the host has remote-managed PCI
-            # devices, which the agent does not track yet (as the libvirt
-            # driver's capability_traits probe).
-            found[os_traits.COMPUTE_REMOTE_MANAGED_PORTS] = False
-        return found
+        # COMPUTE_REMOTE_MANAGED_PORTS is granted by the agent only while
+        # the node tracks remote-managed devices, as by nova's tracker.
+        return dict(as_traits()) if as_traits is not None else {}
 
 
 def _pcpu_inventory(total):

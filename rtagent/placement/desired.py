@@ -22,6 +22,7 @@ ROOT_TRAITS = frozenset({os_traits.COMPUTE_NODE, os_traits.OWNER_NOVA})
 # Set while the node is disabled; nova's scheduler prefilter excludes
 # providers with it. Always managed, so enabling the node removes it.
 DISABLED_TRAIT = os_traits.COMPUTE_STATUS_DISABLED
+REMOTE_MANAGED_PORTS = os_traits.COMPUTE_REMOTE_MANAGED_PORTS
 
 
 def root_provider(snapshot, driver_traits=frozenset(), managed_traits=frozenset()):
@@ -43,6 +44,10 @@ def root_provider(snapshot, driver_traits=frozenset(), managed_traits=frozenset(
         units = untracked.reservation(snapshot.inventories, snapshot.untracked_usage)
         invs = untracked.add_reserved(invs, units)
     traits = ROOT_TRAITS | frozenset(driver_traits)
+    if not any(d.tags.get("remote_managed") for d in snapshot.pci_devices or ()):
+        # As nova: a driver able to bind remote-managed ports (a SmartNIC's
+        # VFs) says so only while the node tracks such devices.
+        traits -= {REMOTE_MANAGED_PORTS}
     if snapshot.disabled is not None:
         traits |= {DISABLED_TRAIT}
     return Provider(

@@ -204,11 +204,11 @@ def test_disk_available_least_counts_local_qcow2_growth_only():
     assert disk.available_least_gb(st, [dom], "/inst") == 50 - 18
 
 
-def test_remote_managed_ports_is_managed_but_never_granted():
-    # nova grants it only while remote-managed PCI devices exist; the agent
-    # tracks none yet, so it is removed if present and never added.
+def test_remote_managed_ports_is_a_driver_capability_and_managed():
+    # Granted on the root only while remote-managed PCI devices are tracked
+    # (tests/unit/placement/test_desired_remote_managed.py).
     assert "COMPUTE_REMOTE_MANAGED_PORTS" in capability_traits.managed_traits()
-    assert "COMPUTE_REMOTE_MANAGED_PORTS" not in capability_traits.driver_traits()
+    assert "COMPUTE_REMOTE_MANAGED_PORTS" in capability_traits.driver_traits()
 
 
 # -- what nova's libvirt driver derives beyond the CPU feature table ----------

@@ -239,19 +239,13 @@ def gated_traits(libvirt_version, arch, virt_type, qemu_version, has_domcaps_iom
     return found
 
 
-# Declared by nova's driver, but granted by nova only while the host has
-# remote-managed PCI devices (a SmartNIC's VFs); the agent does not track
-# PCI devices yet, so it never grants it (and removes it, being managed).
-NEEDS_REMOTE_MANAGED_DEVICES = "COMPUTE_REMOTE_MANAGED_PORTS"
-
-
 def driver_traits():
-    """The driver's own capabilities, as nova's libvirt driver declares them
-    and nova grants them on a host without remote-managed PCI devices."""
+    """The driver's own capabilities, as nova's libvirt driver declares them.
+    COMPUTE_REMOTE_MANAGED_PORTS among them is granted only while the node
+    tracks remote-managed PCI devices (:mod:`rtagent.placement.desired`)."""
     found = {}
     for trait, capability in DRIVER_CAPABILITIES.items():
-        if trait != NEEDS_REMOTE_MANAGED_DEVICES:
-            _add(found, trait, f"driver capability {capability}")
+        _add(found, trait, f"driver capability {capability}")
     return found
 
 
