@@ -312,28 +312,28 @@ class RtagentResourceTracker:
         rows.allocate(instance)
         rows.save(context)
 
-    def _claim_pci_rows(self, context, instance, nodename, placed, request_ids=None):
+    def _claim_pci_rows(self, context, instance, nodename, placed):
         """nova's rows of the devices the agent chose at a move's
-        destination, claimed (allocated once the instance is there).
-
-        :param request_ids: only the devices of these requests; None: all.
-        """
+        destination, claimed; :returns: those rows."""
         rows = self._pci_rows.get(nodename)
-        chosen = [
-            d
-            for d in (placed or {}).get("pci_devices") or ()
-            if request_ids is None or d.get("request_id") in request_ids
-        ]
+        chosen = (placed or {}).get("pci_devices")
         if rows is None or not chosen:
             return []
         claimed = rows.claim(instance.uuid, chosen)
         rows.save(context)
         return claimed
 
+    def _allocate_pci_rows(self, context, instance, nodename):
+        """The instance's claimed rows on ``nodename`` allocated to it."""
+        rows = self._pci_rows.get(nodename)
+        if rows is not None:
+            rows.allocate(instance)
+            rows.save(context)
+
     def _free_moved_rows(self, context, instance, nodename, prefix):
         """Free the rows of the move's ``old_`` or ``new_`` devices."""
         rows = self._pci_rows.get(nodename)
-        mc = instance.migration_context if instance.obj_attr_is_set("migration_context") else None
+        mc = instance.migration_context  # loaded if not yet: it may be None
         if rows is None or mc is None:
             return
         rows.free_devices(getattr(mc, f"{prefix}pci_devices", None), instance)
@@ -543,6 +543,10 @@ class RtagentResourceTracker:
             new_devices=new_devices,
         )
         instance.save()
+        if new_devices:
+            # Allocated at once, as nova's tracker does when it starts to
+            # count an incoming move (after the context took the old ones).
+            self._allocate_pci_rows(context, instance, nodename)
         self._write_node(cn)
         return claims.MoveClaim(
             context,
