@@ -649,7 +649,7 @@ class RtagentResourceTracker:
         for nodename, cn in self.compute_nodes.items():
             moves = self._moves_to(cn, pci_requests.instance_uuid)
             if not moves:
-                moves = self._start_live_move(context, pci_requests.instance_uuid, cn)
+                moves = self._start_live_move(context, pci_requests, cn)
             for move in moves:
                 chosen = [
                     d for d in move.get("new_pci_devices") or () if d.get("request_id") in wanted
@@ -661,13 +661,16 @@ class RtagentResourceTracker:
                     )
         raise exception.PciDeviceRequestFailed(requests=pci_requests.requests)
 
-    def _start_live_move(self, context, instance_uuid, cn):
+    def _start_live_move(self, context, pci_requests, cn):
         """The agent's record, at ``cn``, of the instance's live migration
         that ComputeManager checks here without a live-migration claim
         (a guest without NUMA topology): its devices are chosen by the
-        agent now, with the flavor's resources, for the instance's own
-        requests. :returns: the move as ``get_instance`` lists it, in a
-        list; ``[]`` when there is no such migration or it is refused."""
+        agent now, with the flavor's resources, for all the instance's
+        requests (those of ``pci_requests`` as given: the conductor put the
+        destination's providers in their specs). :returns: the move as
+        ``get_instance`` lists it, in a list; ``[]`` when there is no such
+        migration or it is refused."""
+        instance_uuid = pci_requests.instance_uuid
         found = objects.MigrationList.get_by_filters(
             context,
             {
@@ -684,6 +687,14 @@ class RtagentResourceTracker:
         instance = objects.Instance.get_by_uuid(
             context, instance_uuid, expected_attrs=["flavor", "pci_requests"]
         )
+        given = {r.request_id: r for r in pci_requests.requests}
+        asked = objects.InstancePCIRequests(
+            instance_uuid=instance_uuid,
+            requests=[
+                given.get(r.request_id, r)
+                for r in (instance.pci_requests.requests if instance.pci_requests else [])
+            ],
+        )
         try:
             placed = self.link.call(
                 "start_move",
@@ -696,7 +707,7 @@ class RtagentResourceTracker:
                 old_flavor=requests.flavor(instance.flavor),
                 new_flavor=requests.flavor(instance.flavor),
                 volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
-                **_pci_args(requests.pci_requests(instance.pci_requests)),
+                **_pci_args(requests.pci_requests(asked)),
             )
         except AgentRefused as exc:
             LOG.warning("Live migration of %s to %s refused: %s", instance_uuid, cn.uuid, exc)
