@@ -32,7 +32,8 @@ DOC = os.path.join(TOP, "docs", "nova.md")
 # The suites issue 14 names: moves, provider trees, the libvirt fakes'
 # evacuation, live migration, CPU traits and resource tracking, and the
 # regression tests about allocations, resizes, migrations, evacuations and
-# claims; and issue 15's NUMA servers and NUMA live migration.
+# claims; issue 15's NUMA servers and NUMA live migration; and issue 16's
+# PCI passthrough, SR-IOV and PCI in Placement.
 SUITES = (
     r"^nova\.tests\.functional\."
     r"(test_servers\.ServerMovingTests"
@@ -44,6 +45,8 @@ SUITES = (
     r"|libvirt\.test_rt_servers\."
     r"|libvirt\.test_numa_servers\."
     r"|libvirt\.test_numa_live_migration\."
+    r"|libvirt\.test_pci_sriov_servers\."
+    r"|libvirt\.test_pci_in_placement\."
     r"|regressions\.\S*(alloc|resiz|migrat|evacua|claim))"
 )
 # One class run again with the agent behind oslo.messaging RPC.
