@@ -69,7 +69,9 @@ def pci_requests(nova_requests):
     for request in nova_requests.requests:
         item = {
             "spec": [
-                {k: v for k, v in spec.items() if k not in _PLACEMENT_SPEC_KEYS and v is not None}
+                # A None stays: nova's "no such tag" (a tunnel port's
+                # physical_network).
+                {k: v for k, v in spec.items() if k not in _PLACEMENT_SPEC_KEYS}
                 for spec in request.spec
             ],
             "count": int(request.count),

@@ -50,6 +50,8 @@ _REQUEST_ID = re.compile(REQUEST_ID_PATTERN)
 SPEC_KEY_PATTERN = r"\A[a-z][a-z0-9_]{0,63}\Z"
 _SPEC_KEY = re.compile(SPEC_KEY_PATTERN)
 _HEX_ID = re.compile(r"\A[0-9a-fA-F]{4}\Z")
+# Spec keys every device has: a null value for them asks for nothing.
+_DEVICE_FIELDS = ("vendor_id", "product_id", "dev_type")
 
 
 def derived_id(instance_uuid, position):
@@ -177,6 +179,11 @@ def _spec(spec, where, in_placement=False):
             continue
         if key in PLACEMENT_KEYS:
             raise InvalidRequest("matched by Placement: ask for it through an alias", at)
+        if value is None and key not in _DEVICE_FIELDS:
+            # The device must not carry the tag, as nova matches a spec's
+            # None (a tunnel port: no physical_network).
+            checked[key] = None
+            continue
         if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
             raise InvalidRequest(f"longer than {MAX_VALUE_CHARS} characters", at)
         if not isinstance(value, str | bool | int):

@@ -141,7 +141,9 @@ PCI_SPEC = {
     "type": "object",
     "propertyNames": {"pattern": pci_requests.SPEC_KEY_PATTERN},
     "additionalProperties": {
-        "type": ["string", "integer", "boolean"],
+        # null: the device must not have the tag (a tunnel port's
+        # physical_network).
+        "type": ["string", "integer", "boolean", "null"],
         "maxLength": pci_requests.MAX_VALUE_CHARS,
         "pattern": _TEXT_PATTERN,
         "minimum": 0,

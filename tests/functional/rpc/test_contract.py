@@ -184,7 +184,7 @@ DEEP = _deep(3000)
                 ([{"spec": [{}], "count": 1}], "pci_requests.0.spec.0"),
                 ([{"spec": [{"vendor_id": "1"}] * 9, "count": 1}], "pci_requests.0.spec"),
                 ([{"spec": [{"Vendor": "8086"}], "count": 1}], "pci_requests.0.spec.0"),
-                ([{"spec": [{"x": None}], "count": 1}], "pci_requests.0.spec.0.x"),
+                ([{"spec": [{"x": {"a": 1}}], "count": 1}], "pci_requests.0.spec.0.x"),
                 ([{"spec": [{"x": ["a"]}], "count": 1}], "pci_requests.0.spec.0.x"),
                 ([{"spec": [{"x": "v" * 256}], "count": 1}], "pci_requests.0.spec.0.x"),
                 ([{"spec": [{"numa_node": 65536}], "count": 1}], "pci_requests.0.spec.0.numa_node"),

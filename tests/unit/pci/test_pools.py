@@ -345,3 +345,13 @@ def test_rp_uuids_admit_only_the_devices_of_those_providers():
     three = PciRequest("r1", 3, ({**VF_SPEC, "rp_uuids": (pf2_rp,)},))
     with pytest.raises(errors.DevicesUnavailable):
         pools.select(table, [three], node_uuid=node)
+
+
+def test_a_null_tag_matches_only_devices_without_it():
+    # PF2's VFs carry physical_network; PF1's do not. A tunnel port's spec
+    # (physical_network None) takes one of PF1's, though PF2's rank alike.
+    table = table_of([(dev, {} if dev.parent_addr == PF1 else tags) for dev, tags in sriov_pairs()])
+    req = PciRequest("r1", 1, ({**VF_SPEC, "physical_network": None},))
+    assert pools.select(table, [req]) == {"r1": (VF1B,)}
+    physnet = PciRequest("r1", 1, ({**VF_SPEC, "physical_network": "physnet2"},))
+    assert pools.select(table, [physnet]) == {"r1": (VF2B,)}

@@ -117,7 +117,8 @@ def test_specs_given_and_ids_given():
         ([{"spec": [{"vendor_id": "808"}], "count": 1}], "pci_requests.0.spec.0.vendor_id"),
         ([{"spec": [{"product_id": 8086}], "count": 1}], "pci_requests.0.spec.0.product_id"),
         ([{"spec": [{"dev_type": "type-X"}], "count": 1}], "pci_requests.0.spec.0.dev_type"),
-        ([{"spec": [{"trusted": None}], "count": 1}], "pci_requests.0.spec.0.trusted"),
+        ([{"spec": [{"vendor_id": None}], "count": 1}], "pci_requests.0.spec.0.vendor_id"),
+        ([{"spec": [{"dev_type": None}], "count": 1}], "pci_requests.0.spec.0.dev_type"),
         ([{"spec": [{"x": "v" * 256}], "count": 1}], "pci_requests.0.spec.0.x"),
         (
             [{"spec": [{"resource_class": "CUSTOM_X"}], "count": 1}],
@@ -192,3 +193,11 @@ def test_bad_rp_uuids_are_refused(value, in_placement, reason):
             [{"spec": [{"rp_uuids": value}], "count": 1}], {}, "i", in_placement=in_placement
         )
     assert caught.value.field == "pci_requests.0.spec.0.rp_uuids"
+
+
+def test_a_null_tag_asks_for_devices_without_it():
+    # nova's spec of a tunnel port: {"physical_network": None}.
+    (request,) = parse(
+        [{"spec": [{"remote_managed": "true", "physical_network": None}], "count": 1}]
+    )
+    assert request.specs[0] == {"remote_managed": "true", "physical_network": None}
