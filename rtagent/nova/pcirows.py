@@ -16,7 +16,6 @@ names. The scheduler reads the agent's pools, not this tracker's
 
 import logging
 
-from nova import objects
 from nova.objects import fields
 from nova.pci import manager as pci_manager
 
@@ -117,19 +116,5 @@ class NovaPciRows:
         ``migrations`` name (nova's ``clean_usage``)."""
         self._tracker.clean_usage(instances, migrations)
 
-    def held_by(self, instance_uuid):
-        """The addresses the rows give to the instance."""
-        return {
-            dev.address
-            for dev in self._tracker.pci_devs
-            if dev.instance_uuid == instance_uuid
-            and dev.status in (fields.PciDeviceStatus.CLAIMED, fields.PciDeviceStatus.ALLOCATED)
-        }
-
     def save(self, context):
         self._tracker.save(context)
-
-
-def device_list(devices):
-    """A ``PciDeviceList`` of ``devices``."""
-    return objects.PciDeviceList(objects=list(devices))
