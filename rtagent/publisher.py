@@ -19,7 +19,7 @@ unknown" to the report and "dead" to the healer.
 import logging
 import time
 
-from rtagent.placement import allocations, pinned
+from rtagent.placement import allocations, pcialloc, pinned
 from rtagent.placement import errors as placement_errors
 
 LOG = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ class NodePublisher:
         self._report = allocations.ConsumerReport()
         self._index = allocations.AllocationIndex(client) if client is not None else None
         self._pinned = pinned.PinnedAllocations(client) if client is not None else None
+        self._devices = pcialloc.DeviceAllocations(client) if client is not None else None
         # Candidates found unknown at the last check, and the root generation
         # that check saw: the check runs again only when it moves.
         self._candidates = {}
@@ -106,6 +107,7 @@ class NodePublisher:
             self._heal(tracker, outcome.tree)
             self._check_unknown(tracker)
             self._check_pinned(tracker)
+            self._check_devices(tracker, held)
         except placement_errors.PlacementError as exc:
             self.backoff.record_failure(exc)
             raise
@@ -161,6 +163,19 @@ class NodePublisher:
         pinned instance is looked at once (see :mod:`.placement.pinned`)."""
         if self._pinned is not None and self.sync.view.get(self.node_uuid) is not None:
             self._pinned.check(self.node_uuid, tracker.snapshot().instances)
+
+    def _check_devices(self, tracker, held):
+        """Add the devices that claims hold to allocations a scheduler wrote
+        without them (see :mod:`.placement.pcialloc`)."""
+        if self._devices is None or not held or self.sync.view.get(self.node_uuid) is None:
+            return
+        snapshot = tracker.snapshot()
+        moves = snapshot.migrations
+        # A resize on this node, or a standalone claim whose allocation is
+        # being written: looked at once it is settled.
+        same = {m.instance_uuid for m in moves if m.source_node == m.dest_node}
+        moving = {m.instance_uuid: m.uuid for m in moves if m.source_node != m.dest_node}
+        self._devices.check(self.node_uuid, held, frozenset(same) | snapshot.pending, moving)
 
     def find_unknown(self, tracker, full=False):
         """Allocations on our providers of consumers the node does not know

@@ -1,19 +1,22 @@
 """PCI devices in a real Placement (``[pci] report_in_placement``), on the
 test driver's SR-IOV host (an X710 PF 0000:3b:00.0 with 4 VFs on NUMA node
 0, a Tesla T4 on node 1): the child providers, their inventories and
-traits, the allocations standalone claims write on them, healing, one read
-per steady tick, and the option turned on and off with the allocations of
-existing instances reshaped both ways."""
+traits, the allocations standalone claims write on them, the ones a
+scheduler left out added, healing, one read per steady tick, and the option
+turned on and off with the allocations of existing instances reshaped both
+ways."""
 
 import uuid
 
 import pytest
 
 from rtagent.pci import errors
+from rtagent.placement import pci as pci_providers
 from rtagent.placement.pci import provider_uuid
+from rtagent.placement.pcialloc import DeviceAllocations
 from rtagent.placement.standalone import claim_standalone
 from rtagent.tracker.model import Flavor
-from tests.functional.conftest import Recorder
+from tests.functional.conftest import Recorder, put_allocation
 from tests.functional.placement.conftest import allocations_of, get
 from tests.functional.test_pci_tracking import DOMAIN, GPU, PF, VFS, host_uri
 
@@ -325,3 +328,144 @@ def test_a_claim_whose_device_allocations_cannot_be_computed_is_undone(pci_agent
     # Nothing was sent to Placement: nothing to heal, the device is free.
     assert inst not in snap.known_consumers
     assert snap.pci_devices.get(GPU).status == "available"
+
+
+def scheduled(agent, operator, requests=BOTH, on_root=True):
+    """A claim as nova's scheduler without PCI in Placement makes it: the
+    flavor allocated on the root only, the claim local (no user_id)."""
+    inst = str(uuid.uuid4())
+    root = agent.tracker.node_uuid
+    if on_root:
+        put_allocation(operator, inst, {root: {"VCPU": 1, "MEMORY_MB": 512}})
+    agent.tracker.instance_claim(inst, Flavor(1, 512, 0), pci_requests=list(requests))
+    return inst
+
+
+def test_devices_a_scheduler_left_out_of_the_allocation_are_added_once(pci_agent, operator):
+    recorder = Recorder()
+    agent = pci_agent(observer=recorder)
+    root = agent.tracker.node_uuid
+    inst = scheduled(agent, operator)
+    agent.audit()
+    assert allocations_of(operator, inst) == {
+        root: {"VCPU": 1, "MEMORY_MB": 512},
+        provider_uuid(root, GPU): {GPU_RC: 1},
+        provider_uuid(root, PF): {VF_RC: 2},
+    }
+    body = get(operator, f"/allocations/{inst}")
+    assert (body["project_id"], body["user_id"]) == ("proj", "user")
+    assert get(operator, f"/resource_providers/{provider_uuid(root, PF)}/usages")["usages"] == {
+        VF_RC: 2
+    }
+    recorder.reset()
+    agent.audit()
+    agent.audit()
+    assert [r for r in recorder.requests if inst in r[1]] == []
+
+
+def test_a_consumer_that_holds_nothing_on_the_node_is_left_alone(pci_agent, operator):
+    # Its allocation is elsewhere or gone: adding the devices would count
+    # them for a guest Placement does not place here.
+    agent = pci_agent()
+    inst = scheduled(agent, operator, on_root=False)
+    agent.audit()
+    assert allocations_of(operator, inst) == {}
+
+
+def test_a_concurrent_write_is_a_conflict_and_the_next_pass_adds_the_devices(pci_agent, operator):
+    recorder = Recorder()
+    agent = pci_agent(observer=recorder)
+    root = agent.tracker.node_uuid
+    inst = scheduled(agent, operator, [{"alias": "t4", "count": 1}])
+
+    def resize_first(method, url):
+        # The scheduler rewrites the consumer between the agent's read and
+        # its write (once).
+        if method == "PUT" and url.endswith(f"/allocations/{inst}"):
+            recorder.hook = None
+            generation = get(operator, f"/allocations/{inst}")["consumer_generation"]
+            put_allocation(operator, inst, {root: {"VCPU": 2, "MEMORY_MB": 1024}}, generation)
+
+    recorder.hook = resize_first
+    agent.audit()
+    assert ("PUT", f"/allocations/{inst}", 409) in recorder.requests
+    assert allocations_of(operator, inst) == {root: {"VCPU": 2, "MEMORY_MB": 1024}}
+    agent.audit()
+    assert allocations_of(operator, inst) == {
+        root: {"VCPU": 2, "MEMORY_MB": 1024},
+        provider_uuid(root, GPU): {GPU_RC: 1},
+    }
+
+
+def test_many_consumers_at_once_cost_one_read_per_device_provider(
+    pci_agent, operator, client, recorder
+):
+    agent = pci_agent()
+    root = agent.tracker.node_uuid
+    first = scheduled(agent, operator, [{"alias": "vf", "count": 1}])
+    agent.audit()  # healed by the agent's own checker
+    second = scheduled(agent, operator, [{"alias": "vf", "count": 1}])
+    third = scheduled(agent, operator, [{"alias": "t4", "count": 1}])
+    held = pci_providers.report(agent.tracker.snapshot(), True).held
+    assert set(held) == {first, second, third}
+
+    # A checker that knows none of them, as after a restart.
+    found = DeviceAllocations(client, max_consumer_reads=2)
+    recorder.reset()
+    assert found.check(root, held) == tuple(sorted((second, third)))
+    reads = [url for m, url, _ in recorder.requests if m == "GET"]
+    bulk = [u for u in reads if u.startswith("/resource_providers/")]
+    assert sorted(bulk) == sorted(
+        f"/resource_providers/{provider_uuid(root, a)}/allocations" for a in (PF, GPU)
+    )
+    # The consumer already right is not read on its own; the others are
+    # read for the write based on them.
+    assert sorted(u for u in reads if u.startswith("/allocations/")) == sorted(
+        f"/allocations/{c}" for c in (second, third)
+    )
+    assert allocations_of(operator, second)[provider_uuid(root, PF)] == {VF_RC: 1}
+    assert allocations_of(operator, third)[provider_uuid(root, GPU)] == {GPU_RC: 1}
+    recorder.reset()
+    assert found.check(root, held) == ()
+    assert recorder.requests == []
+
+
+def test_a_same_host_resize_is_left_alone_until_it_is_confirmed(pci_agent, operator):
+    # During the resize both the old VF and the new VFs belong to the
+    # instance, and the migration holds the old side's allocation: adding
+    # them all to the instance would count the old VF twice.
+    agent = pci_agent()
+    root = agent.tracker.node_uuid
+    nic_rp = provider_uuid(root, PF)
+    inst = scheduled(agent, operator, [{"alias": "vf", "count": 1}])
+    agent.audit()
+    old = allocations_of(operator, inst)
+    assert old[nic_rp] == {VF_RC: 1}
+
+    # The scheduler moves the old allocation to the migration and gives the
+    # instance the new flavor, both without new devices.
+    mig = str(uuid.uuid4())
+    generation = get(operator, f"/allocations/{inst}")["consumer_generation"]
+    put_allocation(operator, mig, old, consumer_type="MIGRATION")
+    put_allocation(operator, inst, {root: {"VCPU": 2, "MEMORY_MB": 1024}}, generation)
+    agent.tracker.start_move(
+        mig,
+        inst,
+        "resize",
+        source_node=root,
+        dest_node=root,
+        old_flavor=Flavor(1, 512, 0),
+        new_flavor=Flavor(2, 1024, 0),
+        pci_requests=[{"alias": "vf", "count": 2}],
+    )
+    agent.audit()
+    assert allocations_of(operator, inst) == {root: {"VCPU": 2, "MEMORY_MB": 1024}}
+
+    agent.tracker.confirm_move(mig)
+    generation = get(operator, f"/allocations/{mig}")["consumer_generation"]
+    put_allocation(operator, mig, {}, generation)  # the conductor drops it
+    agent.audit()
+    assert allocations_of(operator, inst) == {
+        root: {"VCPU": 2, "MEMORY_MB": 1024},
+        nic_rp: {VF_RC: 2},
+    }
