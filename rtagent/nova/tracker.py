@@ -635,31 +635,55 @@ class RtagentResourceTracker:
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def claim_pci_devices(self, context, pci_requests, instance_numa_topology=None):
-        """The rows of the devices the agent chose for ``pci_requests`` at
+        """The rows of the devices the agent chose for ``pci_requests``: at
         the destination of the instance's live migration (its
-        ``start_move`` carried the instance's requests).
+        ``start_move`` carried the instance's requests), or, for an
+        interface attached to the instance where it runs, devices the agent
+        adds to its claim now (``attach_pci_devices``).
 
-        :raises PciDeviceRequestFailed: no move of the instance to a node
-            here chose devices for these requests (an interface attach: the
-            agent takes no device outside a claim).
+        :raises PciDeviceRequestFailed: the agent chose no devices for
+            these requests.
         """
         if pci_requests is None or not pci_requests.requests:
             return []
+        instance_uuid = pci_requests.instance_uuid
         wanted = {r.request_id for r in pci_requests.requests}
         for nodename, cn in self.compute_nodes.items():
-            moves = self._moves_to(cn, pci_requests.instance_uuid)
+            found = self._agent_record(cn, instance_uuid)
+            moves = [m for m in found.get("moves") or () if m.get("dest_node") == cn.uuid]
             if not moves:
                 moves = self._start_live_move(context, pci_requests, cn)
+            if not moves and found.get("claim") is not None:
+                chosen = self._attach(cn, pci_requests)
+                if chosen is not None:
+                    return self._claim_pci_rows(
+                        context, _Uuid(instance_uuid), nodename, {"pci_devices": chosen}
+                    )
             for move in moves:
                 chosen = [
                     d for d in move.get("new_pci_devices") or () if d.get("request_id") in wanted
                 ]
                 if {d.get("request_id") for d in chosen} == wanted:
                     placed = {"pci_devices": chosen}
-                    return self._claim_pci_rows(
-                        context, _Uuid(pci_requests.instance_uuid), nodename, placed
-                    )
+                    return self._claim_pci_rows(context, _Uuid(instance_uuid), nodename, placed)
         raise exception.PciDeviceRequestFailed(requests=pci_requests.requests)
+
+    def _attach(self, cn, pci_requests):
+        """The devices the agent adds to the instance's claim at ``cn`` for
+        ``pci_requests`` (an interface attach), or None when it refuses."""
+        try:
+            placed = self.link.call(
+                "attach_pci_devices",
+                node_uuid=cn.uuid,
+                instance_uuid=pci_requests.instance_uuid,
+                pci_requests=requests.pci_requests(pci_requests),
+            )
+        except AgentRefused as exc:
+            if exc.code not in _REFUSED and exc.code != "pci.invalid_request":
+                raise
+            LOG.warning("PCI devices for instance %s refused: %s", pci_requests.instance_uuid, exc)
+            return None
+        return placed.get("pci_devices") or []
 
     def _start_live_move(self, context, pci_requests, cn):
         """The agent's record, at ``cn``, of the instance's live migration
@@ -714,16 +738,29 @@ class RtagentResourceTracker:
             return []
         return [{"dest_node": cn.uuid, "new_pci_devices": placed.get("pci_devices") or []}]
 
-    def _moves_to(self, cn, instance_uuid):
-        """The agent's moves of the instance whose destination is ``cn``."""
+    def _agent_record(self, cn, instance_uuid):
+        """What the agent holds of the instance at ``cn`` (``get_instance``),
+        ``{}`` when nothing."""
         try:
-            found = self.link.call("get_instance", node_uuid=cn.uuid, instance_uuid=instance_uuid)
+            return self.link.call("get_instance", node_uuid=cn.uuid, instance_uuid=instance_uuid)
         except AgentRefused:
-            return []
-        return [m for m in found.get("moves") or () if m.get("dest_node") == cn.uuid]
+            return {}
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def unclaim_pci_devices(self, context, pci_device, instance):
+        """An interface's device given back (detached, or its attach
+        failed): the agent's claim lets it go, then nova's row."""
+        for cn in self.compute_nodes.values():
+            try:
+                self.link.call(
+                    "detach_pci_devices",
+                    node_uuid=cn.uuid,
+                    instance_uuid=instance.uuid,
+                    addresses=[pci_device.address],
+                )
+            except AgentRefused as exc:
+                if exc.code != "tracker.instance_not_found":
+                    raise
         for rows in self._pci_rows.values():
             rows.free_devices([pci_device], instance)
             rows.save(context)

@@ -3,7 +3,7 @@
 A conductor in another codebase does the same with oslo.messaging alone::
 
     target = oslo_messaging.Target(
-        exchange="rtagent", topic="rtagent", server=HOST, version="1.5"
+        exchange="rtagent", topic="rtagent", server=HOST, version="1.6"
     )
     client = oslo_messaging.get_rpc_client(transport, target, timeout=30)
     reply = client.call({}, "instance_claim", instance_uuid=..., flavor={...})

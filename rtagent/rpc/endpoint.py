@@ -37,6 +37,8 @@ MUTATIONS = frozenset(
         "build_failed",
         "build_succeeded",
         "set_disabled",
+        "attach_pci_devices",
+        "detach_pci_devices",
     }
 )
 
@@ -215,6 +217,28 @@ class AgentEndpoint:
 
     def set_disabled(self, ctxt, /, **args):
         return self._serve("set_disabled", args, self._set_disabled)
+
+    def attach_pci_devices(self, ctxt, /, **args):
+        return self._serve(
+            "attach_pci_devices",
+            args,
+            lambda a: {
+                "pci_devices": instance.pci_devices(
+                    self._node(a).attach_pci_devices(a["instance_uuid"], a["pci_requests"])
+                )
+            },
+        )
+
+    def detach_pci_devices(self, ctxt, /, **args):
+        return self._serve(
+            "detach_pci_devices",
+            args,
+            lambda a: {
+                "released": list(
+                    self._node(a).detach_pci_devices(a["instance_uuid"], a["addresses"])
+                )
+            },
+        )
 
     def get_compute_node(self, ctxt, /, **args):
         return self._serve(

@@ -175,6 +175,27 @@ PCI_REQUESTS = {
     },
 }
 
+# 1.6: the requests of devices attached to a running instance: at least
+# one, each with its own request id.
+ATTACHED_PCI_REQUESTS = {
+    "type": "array",
+    "minItems": 1,
+    "maxItems": pci_requests.MAX_REQUESTS,
+    "items": {**PCI_REQUESTS["items"], "required": ["count", "request_id"]},
+}
+
+# 1.6: devices of an instance to give back, by address (dddd:bb:ss.f).
+PCI_ADDRESSES = {
+    "type": "array",
+    "minItems": 1,
+    "maxItems": 64,
+    "uniqueItems": True,
+    "items": {
+        "type": "string",
+        "pattern": "\\A[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]\\Z",
+    },
+}
+
 # 1.5: the host CPUs a guest already runs pinned on (an instance claimed
 # after the fact): ids as cpu_dedicated_set takes them, no repeats.
 RUNNING_CPUS = {
@@ -293,6 +314,15 @@ METHODS = {
     ),
     "get_compute_node": _method(),
     "get_status": _method(),
+    # 1.6: devices attached to and detached from a claimed instance.
+    "attach_pci_devices": _method(
+        {"instance_uuid": UUID, "pci_requests": ATTACHED_PCI_REQUESTS},
+        required=("instance_uuid", "pci_requests"),
+    ),
+    "detach_pci_devices": _method(
+        {"instance_uuid": UUID, "addresses": PCI_ADDRESSES},
+        required=("instance_uuid", "addresses"),
+    ),
     # 1.2: what the node holds of one instance (read back an outcome).
     "get_instance": _method({"instance_uuid": UUID}, required=("instance_uuid",)),
 }

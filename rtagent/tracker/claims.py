@@ -134,3 +134,76 @@ def update_instance(state, instance_uuid, vm_state=None, task_state=None, set_ta
     if task_state is not None or set_task:
         changes["task_state"] = task_state
     return state.with_instance(instance.replace(**changes))
+
+
+def attach_devices(state, instance_uuid, pci_requests):
+    """``state`` with devices for ``pci_requests`` added to an instance's
+    claim (an interface attached to a running guest): chosen as a claim
+    chooses them, on the instance's NUMA cells when it has a NUMA claim.
+
+    A repeated attach of the same request ids and counts returns ``state``
+    unchanged (callers may retry).
+
+    :raises InstanceNotFound: the instance is not on this node.
+    :raises DevicesConflict: a request id the instance already holds
+        devices for, with another count; or a move of it is in progress on
+        this node (its devices are the move's then).
+    :raises DevicesUnavailable: the requests cannot be met.
+    :raises ClaimPending: a standalone claim of the instance is in flight.
+    """
+    state.check_not_pending(instance_uuid)
+    instance = _tracked(state, instance_uuid)
+    held = pci_claim.counts(instance.pci_devices)
+    asked = pci_claim.requested_counts(pci_requests)
+    if all(held.get(rid) == n for rid, n in asked.items()):
+        return state
+    clash = sorted(rid for rid in asked if rid in held)
+    if clash:
+        raise errors.DevicesConflict(
+            instance_uuid=instance_uuid,
+            reason=f"it holds devices for the PCI request(s) {clash} already, "
+            f"{dict(sorted(held.items()))}, not {dict(sorted(asked.items()))} "
+            "(detach them first, or use other request ids)",
+        )
+    _not_moving(state, instance_uuid)
+    chosen = ensure_pci_fits(state, pci_requests, instance.numa)
+    return state.with_instance(instance.replace(pci_devices=instance.pci_devices + chosen))
+
+
+def detach_devices(state, instance_uuid, addresses):
+    """``state`` without the instance's devices at ``addresses`` (an
+    interface detached). Addresses it does not hold are ignored, so a
+    repeated detach changes nothing.
+
+    :returns: ``(state, released addresses in the instance's order)``.
+    :raises InstanceNotFound: the instance is not on this node.
+    :raises DevicesConflict: a move of it is in progress on this node.
+    :raises ClaimPending: a standalone claim of the instance is in flight.
+    """
+    state.check_not_pending(instance_uuid)
+    instance = _tracked(state, instance_uuid)
+    wanted = frozenset(addresses)
+    released = tuple(h.address for h in instance.pci_devices if h.address in wanted)
+    if not released:
+        return state, ()
+    _not_moving(state, instance_uuid)
+    kept = tuple(h for h in instance.pci_devices if h.address not in wanted)
+    return state.with_instance(instance.replace(pci_devices=kept)), released
+
+
+def _not_moving(state, instance_uuid):
+    """:raises DevicesConflict: a move of the instance is in progress here
+    (its devices are the move's then, changed only by its steps)."""
+    if state.migrations_of(instance_uuid):
+        raise errors.DevicesConflict(
+            instance_uuid=instance_uuid,
+            reason="a move of it is in progress on this node; its devices change "
+            "only with the move's steps",
+        )
+
+
+def _tracked(state, instance_uuid):
+    instance = state.instances.get(instance_uuid)
+    if instance is None:
+        raise errors.InstanceNotFound(instance_uuid=instance_uuid, node=state.node_uuid)
+    return instance

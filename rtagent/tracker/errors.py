@@ -47,6 +47,13 @@ class InstanceClaimConflict(TrackerError):
     )
 
 
+class DevicesConflict(InstanceClaimConflict):
+    """Devices cannot be attached to or detached from the instance's claim
+    as asked (same code as any other conflict with the claim it holds)."""
+
+    msg_fmt = "Instance {instance_uuid}: {reason}; nothing changed."
+
+
 class InstanceNotFound(TrackerError):
     code = "tracker.instance_not_found"
     msg_fmt = "Instance {instance_uuid} is not tracked on node {node}."

@@ -25,6 +25,7 @@ import time
 from oslo_concurrency import lockutils
 
 from rtagent.pci import devices as pcidevs
+from rtagent.pci import errors as pcierrors
 from rtagent.pci import requests as pcirequests
 from rtagent.resources import frozen_map
 from rtagent.tracker import claims, drift, errors, ledger, moves, requests, view
@@ -484,6 +485,79 @@ class Tracker:
                 state, instance_uuid, vm_state, task_state, set_task
             ),
         )
+
+    def attach_pci_devices(self, instance_uuid, pci_requests):
+        """Give a claimed instance devices for more PCI requests (an
+        interface attached to a running guest); durable on return.
+
+        The devices are chosen as a claim chooses them (on the instance's
+        NUMA cells when it has a NUMA claim) and held by the instance until
+        :meth:`detach_pci_devices`, its abort or its delete. Attaching the
+        same request ids and counts again returns the devices they hold.
+
+        :param pci_requests: as :meth:`instance_claim` takes them; each
+            needs its own ``request_id`` (a derived one would repeat those
+            of the instance's claim).
+        :returns: the :class:`~rtagent.pci.claim.HeldDevice` values the
+            requests hold, in the instance's order.
+        :raises InvalidClaimRequest: malformed UUID.
+        :raises rtagent.pci.errors.InvalidRequest: a request is invalid, or
+            has no ``request_id``.
+        :raises InstanceNotFound: no claim of the instance on this node.
+        :raises DevicesConflict: a request id it holds with another count,
+            or a move of it in progress on this node.
+        :raises rtagent.pci.errors.DevicesUnavailable: the requests cannot
+            be met; nothing changed.
+        :raises ClaimPending: a standalone claim of the instance is in flight.
+        :raises StateError: the durable write failed; nothing changed.
+        """
+        instance_uuid = check_uuid(instance_uuid)
+        unnamed = [
+            n
+            for n, r in enumerate(pci_requests)
+            if not (isinstance(r, dict) and r.get("request_id"))
+        ]
+        if unnamed:
+            raise pcierrors.InvalidRequest(
+                field=f"pci_requests.{unnamed[0]}.request_id",
+                reason="an attached device's request needs its own request_id",
+            )
+        pci = self._pci_requests(pci_requests, instance_uuid)
+        with self._locked("attach_pci_devices", instance_uuid):
+            before = self._state
+            self._commit(claims.attach_devices(before, instance_uuid, pci))
+            held = self._state.instances[instance_uuid].pci_devices
+            created = self._state is not before
+        ids = {r.request_id for r in pci}
+        got = tuple(h for h in held if h.request_id in ids)
+        if created:
+            LOG.info(
+                "Instance %s attached PCI devices: %s",
+                instance_uuid,
+                ", ".join(f"{h.address} ({h.request_id})" for h in got),
+            )
+        return got
+
+    def detach_pci_devices(self, instance_uuid, addresses):
+        """Give back the instance's devices at ``addresses`` (an interface
+        detached); durable on return. Addresses it does not hold are
+        ignored, so a retried detach is harmless.
+
+        :returns: the addresses released.
+        :raises InvalidClaimRequest: malformed UUID.
+        :raises InstanceNotFound: no claim of the instance on this node.
+        :raises DevicesConflict: a move of it is in progress on this node.
+        :raises ClaimPending: a standalone claim of the instance is in flight.
+        :raises StateError: the durable write failed; nothing changed.
+        """
+        instance_uuid = check_uuid(instance_uuid)
+        wanted = [a.lower() for a in addresses]
+        with self._locked("detach_pci_devices", instance_uuid):
+            new, released = claims.detach_devices(self._state, instance_uuid, wanted)
+            self._commit(new)
+        if released:
+            LOG.info("Instance %s detached PCI devices: %s", instance_uuid, ", ".join(released))
+        return released
 
     def build_failed(self):
         """A build on this node failed (nova's failed_builds stat)."""

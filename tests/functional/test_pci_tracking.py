@@ -17,6 +17,8 @@ from rtagent.pci import devices, errors, model, pools
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.status import node_status
 from rtagent.testing.placement_server import PlacementServer
+from rtagent.tracker import errors as tracker_errors
+from rtagent.tracker.model import Flavor
 from tests.functional.test_cli import RTAGENT, rtagent, write_conf
 from tests.functional.test_cli_status import free_port
 
@@ -262,3 +264,33 @@ def test_claimed_devices_survive_a_restart_and_the_guest_holding_them_is_no_drif
     status = node_status(snap)
     assert [(c["address"], c["owner"]) for c in status["pci"]["claimed"]] == [(VFS[3], BY_HAND)]
     assert compute_node(second)["pci_device_pools"] == [VF_POOL | {"count": 3}]
+
+
+def test_a_device_attached_to_a_running_instance_survives_a_restart_until_detached(sriov_agent):
+    first = sriov_agent(NIC_SPEC, GPU_SPEC, aliases=[NIC_ALIAS])
+    inst = "2b6e0c3e-0000-4000-8000-0000000000bb"
+    first.tracker.instance_claim(inst, Flavor(1, 512), pci_requests=[{"alias": "nic", "count": 1}])
+    port = {"alias": "nic", "count": 1, "request_id": "port-1"}
+    (attached,) = first.tracker.attach_pci_devices(inst, [port])
+    assert (attached.address, attached.request_id) == (VFS[2], "port-1")
+    first.close()
+
+    second = sriov_agent(NIC_SPEC, GPU_SPEC, aliases=[NIC_ALIAS])
+    held = tracked(second)
+    assert {a for a, d in held.items() if d[3] == inst} == {VFS[3], VFS[2]}
+    vf_pools = [p for p in compute_node(second)["pci_device_pools"] if p["product_id"] == "154c"]
+    assert vf_pools == [VF_POOL | {"count": 2}]
+    # A move of the instance owns its devices: no attach or detach meanwhile.
+    node = second.tracker.node_uuid
+    mig = "3b6e0c3e-0000-4000-8000-0000000000cc"
+    second.tracker.start_move(
+        mig, inst, "resize", source_node=node, dest_node=node, old_flavor=Flavor(1, 512)
+    )
+    with pytest.raises(tracker_errors.DevicesConflict):
+        second.tracker.detach_pci_devices(inst, [VFS[2]])
+    second.tracker.revert_move(mig)
+
+    assert second.tracker.detach_pci_devices(inst, [VFS[2]]) == (VFS[2],)
+    second.close()
+    third = sriov_agent(NIC_SPEC, GPU_SPEC, aliases=[NIC_ALIAS])
+    assert {a for a, d in tracked(third).items() if d[3] == inst} == {VFS[3]}

@@ -76,7 +76,8 @@ CONDUCTOR = textwrap.dedent(
     job = json.loads(sys.stdin.read())
     transport = oslo_messaging.get_rpc_transport(cfg.CONF, url=job["url"])
     target = oslo_messaging.Target(
-        exchange="rtagent", topic="rtagent", server=job["server"], version="1.4")
+        exchange="rtagent", topic="rtagent", server=job["server"],
+        version=job.get("version", "1.4"))
     client = oslo_messaging.get_rpc_client(transport, target, timeout=30)
     replies = [client.call({}, method, **args) for method, args in job["calls"]]
     transport.cleanup()
@@ -86,13 +87,15 @@ CONDUCTOR = textwrap.dedent(
 )
 
 
-def conduct(broker, *calls, server=HOST):
+def conduct(broker, *calls, server=HOST, version="1.4"):
     """The replies to ``calls`` ((method, args) pairs), made in order by a
-    process that has only oslo.messaging."""
+    process that has only oslo.messaging, pinned to ``version``."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
         [sys.executable, "-c", CONDUCTOR],
-        input=json.dumps({"url": broker.transport_url, "server": server, "calls": calls}),
+        input=json.dumps(
+            {"url": broker.transport_url, "server": server, "calls": calls, "version": version}
+        ),
         check=False,
         capture_output=True,
         text=True,
@@ -289,6 +292,72 @@ _REQUEST = st.fixed_dictionaries(
     )
 )
 EXPECTED = {"pci.invalid_request", "pci.devices_unavailable"}
+
+
+def test_devices_attached_to_and_detached_from_a_running_instance(served, broker):
+    """docs/rpc-api.md, ``attach_pci_devices`` and ``detach_pci_devices``
+    (1.6): an interface's VF attached to a claimed instance, the same answer
+    on a retry, typed refusals that change nothing, the detach and its
+    retry."""
+    tracker = served.agent.tracker
+    inst, other = new_uuid(), new_uuid()
+    port = {"alias": "nic", "count": 1, "request_id": "port-1"}
+    replies = conduct(
+        broker,
+        claim(inst, {"alias": "nic", "count": 1, "request_id": "vf-1"}),
+        ("attach_pci_devices", {"instance_uuid": inst, "pci_requests": [port]}),
+        ("attach_pci_devices", {"instance_uuid": inst, "pci_requests": [port]}),
+        ("get_instance", {"instance_uuid": inst}),
+        version="1.6",
+    )
+    assert result(replies[0])["pci_devices"] == [vf(3, "vf-1")]
+    assert result(replies[1]) == {"pci_devices": [vf(2, "port-1")]}
+    assert result(replies[2]) == result(replies[1])  # a retry: the same device
+    assert result(replies[3])["claim"]["pci_devices"] == [vf(3, "vf-1"), vf(2, "port-1")]
+    assert held(served) == {VFS[3]: inst, VFS[2]: inst}
+    before = tracker.snapshot()
+
+    refused = conduct(
+        broker,
+        # no request id: it would repeat a derived one of the claim
+        (
+            "attach_pci_devices",
+            {"instance_uuid": inst, "pci_requests": [{"alias": "nic", "count": 1}]},
+        ),
+        # the port's id again, another count
+        ("attach_pci_devices", {"instance_uuid": inst, "pci_requests": [{**port, "count": 2}]}),
+        # more VFs than are free (2 left)
+        (
+            "attach_pci_devices",
+            {"instance_uuid": inst, "pci_requests": [{**port, "request_id": "p2", "count": 3}]},
+        ),
+        ("attach_pci_devices", {"instance_uuid": other, "pci_requests": [port]}),
+        ("detach_pci_devices", {"instance_uuid": other, "addresses": [VFS[2]]}),
+        ("detach_pci_devices", {"instance_uuid": inst, "addresses": ["3b:02.2"]}),
+        version="1.6",
+    )
+    codes = [r["error"]["code"] for r in refused]
+    assert codes == [
+        "rpc.invalid_request",
+        "tracker.instance_claim_conflict",
+        "pci.devices_unavailable",
+        "tracker.instance_not_found",
+        "tracker.instance_not_found",
+        "rpc.invalid_request",
+    ], refused
+    assert refused[0]["error"]["details"]["path"] == "pci_requests.0"
+    assert tracker.snapshot().instances == before.instances
+
+    detached = conduct(
+        broker,
+        ("detach_pci_devices", {"instance_uuid": inst, "addresses": [VFS[2].upper()]}),
+        ("detach_pci_devices", {"instance_uuid": inst, "addresses": [VFS[2]]}),
+        version="1.6",
+    )
+    assert [result(r) for r in detached] == [{"released": [VFS[2]]}, {"released": []}]
+    assert held(served) == {VFS[3]: inst}
+    tracker.abort_instance_claim(inst)
+    assert held(served) == {}
 
 
 def test_schema_valid_requests_get_a_claim_or_a_typed_refusal(served):
