@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 
 from rtagent.health_server import HOST
+from rtagent.pci import model as pci_model
 from rtagent.rpc.status import printable, printable_tree
 
 # /status is built from published snapshots and never waits for a lock:
@@ -226,7 +227,7 @@ def _pci_lines(pci, held):
         dev_type, address = tags.pop("dev_type", "?"), tags.pop("address", "?")
         if tags.get("remote_managed") == "false":
             del tags["remote_managed"]  # every PF and VF pool says so
-        where = f"of PF {address}" if dev_type == "type-VF" else f"at {address}"
+        where = f"of PF {address}" if dev_type in pci_model.CHILD_TYPES else f"at {address}"
         node = pool["numa_node"]
         lines.append(
             f"    {pool['vendor_id']}:{pool['product_id']} {dev_type} {where}, "

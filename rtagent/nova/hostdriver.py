@@ -264,7 +264,7 @@ def pci_devices(devices_json):
         except KeyError:
             continue
         numa_node = dev.get("numa_node")
-        parent = dev.get("parent_addr") if dev["dev_type"] == pci_model.TYPE_VF else None
+        parent = dev.get("parent_addr") if dev["dev_type"] in pci_model.CHILD_TYPES else None
         found[address] = pci_model.HostDevice(
             address=address,
             vendor_id=vendor,

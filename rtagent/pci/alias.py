@@ -201,8 +201,11 @@ def _alias(entry, text):
             fail(key, f"{fields[key]!r} is not 4 hex digits")
         ids[key] = fields[key].lower() if key in fields else None
     device_type = fields.get("device_type")
-    if device_type is not None and device_type not in model.DEVICE_TYPES:
-        fail("device_type", f"{device_type!r} is not one of {', '.join(model.DEVICE_TYPES)}")
+    if device_type is not None and device_type not in model.ALIAS_DEVICE_TYPES:
+        fail(
+            "device_type",
+            f"{device_type!r} is not one of {', '.join(model.ALIAS_DEVICE_TYPES)}",
+        )
     numa_policy = fields.get("numa_policy", LEGACY)
     if numa_policy not in NUMA_POLICIES:
         fail("numa_policy", f"{numa_policy!r} is not one of {', '.join(NUMA_POLICIES)}")

@@ -245,7 +245,7 @@ def available(table):
 
 def parent_of(devs, dev):
     """A VF's PF when the table tracks it, else None. ``devs``: address -> Device."""
-    if dev.host.dev_type != model.TYPE_VF or dev.host.parent_addr is None:
+    if dev.host.dev_type not in model.CHILD_TYPES or dev.host.parent_addr is None:
         return None
     parent = devs.get(dev.host.parent_addr)
     return parent if parent is not None and parent.host.dev_type == model.TYPE_PF else None

@@ -6,7 +6,15 @@ import dataclasses
 TYPE_PCI = "type-PCI"
 TYPE_PF = "type-PF"
 TYPE_VF = "type-VF"
-DEVICE_TYPES = (TYPE_PCI, TYPE_PF, TYPE_VF)
+# A VF that the host exposes as a vDPA device (nova's "vdpa"): a VF in every
+# relation to its PF, given only to requests that ask for vDPA (a port of
+# vnic_type vdpa); an alias cannot name it, as in nova.
+TYPE_VDPA = "vdpa"
+DEVICE_TYPES = (TYPE_PCI, TYPE_PF, TYPE_VF, TYPE_VDPA)
+# The types created by a PF, counted with it (its dependants).
+CHILD_TYPES = (TYPE_VF, TYPE_VDPA)
+# The types an alias's device_type may name.
+ALIAS_DEVICE_TYPES = (TYPE_PCI, TYPE_PF, TYPE_VF)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,10 +25,10 @@ class HostDevice:
     :param vendor_id: 4 lower-case hex digits (``8086``).
     :param product_id: 4 lower-case hex digits.
     :param dev_type: one of :data:`DEVICE_TYPES`; a PF is a function that
-        can create VFs, a VF one created by a PF.
+        can create VFs, a VF (or a vDPA device) one created by a PF.
     :param numa_node: the host NUMA cell the device is attached to, or None
         when the host does not say.
-    :param parent_addr: a VF's PF address; None otherwise.
+    :param parent_addr: a VF's (or vDPA device's) PF address; None otherwise.
     :param class_code: the 6-hex-digit PCI class (``020000`` is Ethernet).
     :param devname: the network interface name of a NIC function, if any.
     """

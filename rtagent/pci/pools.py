@@ -220,7 +220,7 @@ def _view(dev):
     """What a spec is matched against and a pool is keyed by (nova's pool dict)."""
     host = dev.host
     view = {k: v for k, v in dev.tags.items() if k not in _PLACEMENT_KEYS}
-    if host.dev_type in (model.TYPE_PF, model.TYPE_VF):
+    if host.dev_type in (model.TYPE_PF, *model.CHILD_TYPES):
         view.setdefault("remote_managed", "false")
     view.update(
         vendor_id=host.vendor_id,
@@ -284,9 +284,11 @@ def _matches(request, dev, node_uuid=None):
 
 
 def _offered(request, dev):
-    """nova keeps PFs and remote-managed devices for requests that name them."""
-    if dev.host.dev_type == model.TYPE_PF and not any(
-        _norm(s.get("dev_type")) == _norm(model.TYPE_PF) for s in request.specs
+    """nova keeps PFs, vDPA devices and remote-managed devices for requests
+    that name them."""
+    kept = (model.TYPE_PF, model.TYPE_VDPA)
+    if dev.host.dev_type in kept and not any(
+        _norm(s.get("dev_type")) == _norm(dev.host.dev_type) for s in request.specs
     ):
         return False
     if _norm(_view(dev).get("remote_managed")) in _TRUE:

@@ -183,7 +183,7 @@ def check_host(specs, devices, report_in_placement=False):
             raise InvalidDeviceSpec(
                 spec.entry, "remote_managed", f"matches PF {pf.address}; only VFs can be"
             )
-    vfs = [d for d in devices if d.dev_type == model.TYPE_VF] if report_in_placement else []
+    vfs = [d for d in devices if d.dev_type in model.CHILD_TYPES] if report_in_placement else []
     for vf in vfs:
         spec = match(specs, vf, by_address.get(vf.parent_addr))
         if spec is not None and "one_time_use" in spec.tags:
@@ -207,7 +207,7 @@ def traits_of(device, tags):
     traits = set(tags.get("traits", ())) | {os_traits.COMPUTE_MANAGED_PCI_DEVICE}
     if tags.get("live_migratable"):
         traits.add(os_traits.HW_PCI_LIVE_MIGRATABLE)
-    if tags.get("one_time_use") and device.dev_type != model.TYPE_VF:
+    if tags.get("one_time_use") and device.dev_type not in model.CHILD_TYPES:
         traits.add(os_traits.HW_PCI_ONE_TIME_USE)
     return frozenset(traits)
 

@@ -96,7 +96,7 @@ def layout(table, node_uuid, hypervisor_hostname, drift=()):
         if device.tags.get("physical_network"):
             continue
         host = device.host
-        home = host.parent_addr if host.dev_type == model.TYPE_VF else host.address
+        home = host.parent_addr if host.dev_type in model.CHILD_TYPES else host.address
         if home is None:
             raise errors.PlacementLayoutInvalid(address=host.address, reason="a VF without a PF")
         groups.setdefault(home, []).append(device)
@@ -134,7 +134,7 @@ def layout(table, node_uuid, hypervisor_hostname, drift=()):
 
 def _describe(home, devices):
     """(resource class, traits) of the provider at ``home``."""
-    parents = [d for d in devices if d.host.dev_type != model.TYPE_VF]
+    parents = [d for d in devices if d.host.dev_type not in model.CHILD_TYPES]
     if parents and len(devices) > 1:
         raise errors.PlacementLayoutInvalid(
             address=home,

@@ -29,10 +29,12 @@ DOMAIN_STATS = (
     | libvirt.VIR_DOMAIN_STATS_BALLOON
     | libvirt.VIR_DOMAIN_STATS_BLOCK
 )
-# PCI functions, and the net devices that name a NIC function's interface.
+# PCI functions, the net devices that name a NIC function's interface, and
+# the vDPA devices that make a VF a vDPA device.
 NODE_DEVICE_FLAGS = (
     libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV
     | libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_NET
+    | libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_VDPA
 )
 # A device listed and then removed (hot-unplug, a VF count lowered) before
 # its XML is read.

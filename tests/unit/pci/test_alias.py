@@ -65,7 +65,7 @@ VALID = [
     ("name of 256", {"name": "n" * 256, **IDS}, False, {"name": "n" * 256}),
     *[
         (f"device_type {t}", {"name": "a", "device_type": t, **IDS}, False, {"device_type": t})
-        for t in model.DEVICE_TYPES
+        for t in model.ALIAS_DEVICE_TYPES
     ],
     *[
         (f"numa_policy {p}", {"name": "a", "numa_policy": p, **IDS}, False, {"numa_policy": p})
@@ -211,6 +211,14 @@ INVALID = [
     (
         "device_type vdpa",
         [{"name": "a", "device_type": "type-VDPA", **IDS}],
+        False,
+        0,
+        "device_type",
+    ),
+    # nova's own name for the type: a vDPA device is never an alias's.
+    (
+        "device_type vdpa (nova's)",
+        [{"name": "a", "device_type": "vdpa", **IDS}],
         False,
         0,
         "device_type",

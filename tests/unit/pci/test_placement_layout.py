@@ -60,6 +60,14 @@ OWN = {"COMPUTE_MANAGED_PCI_DEVICE", "OWNER_NOVA"}
             id="VFs counted on their PF's provider",
         ),
         pytest.param(
+            [
+                (model.HostDevice(VF1A, "15b3", "101e", model.TYPE_VDPA, 0, PF1), {}),
+                (model.HostDevice(VF1B, "15b3", "101e", model.TYPE_VDPA, 0, PF1), {}),
+            ],
+            {f"{HOST}_0000:81:00.0": ("CUSTOM_PCI_15B3_101E", 2, 0, OWN)},
+            id="vDPA devices counted on their PF's provider, as VFs",
+        ),
+        pytest.param(
             [(pf(PF1, 0), {"one_time_use": True, "live_migratable": True})],
             {
                 f"{HOST}_0000:81:00.0": (

@@ -355,3 +355,30 @@ def test_a_null_tag_matches_only_devices_without_it():
     assert pools.select(table, [req]) == {"r1": (VF1B,)}
     physnet = PciRequest("r1", 1, ({**VF_SPEC, "physical_network": "physnet2"},))
     assert pools.select(table, [physnet]) == {"r1": (VF2B,)}
+
+
+# A PF whose two VFs the host exposes as vDPA devices (nova's "vdpa").
+VDPA_PF, VDPA_A, VDPA_B = "0000:09:00.0", "0000:09:00.1", "0000:09:00.2"
+VDPA_HOST = (
+    (model.HostDevice(VDPA_PF, "15b3", "101d", model.TYPE_PF, 0), {}),
+    (model.HostDevice(VDPA_A, "15b3", "101e", model.TYPE_VDPA, 0, VDPA_PF), {}),
+    (model.HostDevice(VDPA_B, "15b3", "101e", model.TYPE_VDPA, 0, VDPA_PF), {}),
+)
+VDPA_SPEC = {"vendor_id": "15b3", "product_id": "101e", "dev_type": model.TYPE_VDPA}
+
+
+def test_a_vdpa_device_is_given_only_to_a_request_that_asks_for_vdpa():
+    table = table_of(VDPA_HOST)
+    any_function = {"vendor_id": "15b3", "product_id": "101e"}
+    with pytest.raises(errors.DevicesUnavailable):
+        pools.select(table, [request(any_function)])
+    assert pools.select(table, [request(VDPA_SPEC, 2)]) == {"r1": (VDPA_A, VDPA_B)}
+
+
+def test_a_vdpa_device_and_its_pf_exclude_each_other_as_a_vf_and_its_pf():
+    held = table_of(VDPA_HOST, ([VDPA_B], "i1"))
+    assert [(p.dev_type, p.count) for p in pools.pools(held)] == [(model.TYPE_VDPA, 1)]
+    with pytest.raises(errors.DevicesUnavailable):
+        pools.select(held, [request({"dev_type": model.TYPE_PF, "vendor_id": "15b3"})])
+    pf_held = table_of(VDPA_HOST, ([VDPA_PF], "i1"))
+    assert pools.pools(pf_held) == ()

@@ -226,3 +226,23 @@ def test_unparsable_xml_in_a_host_names_its_device():
     xml_by_name["pci_0000_3b_00_0"] = "<device><name>"
     with pytest.raises(errors.HostReadError, match="node device pci_0000_3b_00_0"):
         pcidevices.pci_devices(xml_by_name)
+
+
+# A vdpa node device as libvirt 9 prints it (its tests/nodedevschemadata
+# vdpa_vdpa0.xml), whose parent is the VF.
+VDPA_XML = """<device>
+  <name>vdpa_vdpa0</name>
+  <path>/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:02.1/vdpa0</path>
+  <parent>pci_0000_3b_02_1</parent>
+  <driver><name>vhost_vdpa</name></driver>
+  <capability type='vdpa'><chardev>/dev/vhost-vdpa-0</chardev></capability>
+</device>"""
+
+
+def test_a_vf_that_a_vdpa_device_sits_on_is_a_vdpa_device():
+    xml_by_name = host("sriov-pf-8086-1572", "sriov-vf-8086-154c")
+    assert pcidevices.pci_devices(xml_by_name)[1].dev_type == model.TYPE_VF
+    xml_by_name["vdpa_vdpa0"] = VDPA_XML
+    pf, vf = pcidevices.pci_devices(xml_by_name)
+    assert vf == dataclasses.replace(VF, dev_type=model.TYPE_VDPA)
+    assert pf == PF  # the PF stays a PF

@@ -18,7 +18,8 @@ Input is what ``virNodeDevice.XMLDesc(0)`` returns. The rules are nova
 libvirt writes domain/bus/slot/function in decimal and ids and the class as
 ``0x`` hex. The interface name of a NIC function is not in its own XML: it
 is in the ``net`` node device whose ``<parent>`` is that function, which is
-why :func:`pci_devices` takes ``net`` devices too. nova's vDPA type and its
+why :func:`pci_devices` takes ``net`` devices too. Likewise a VF is nova's
+``vdpa`` type when a ``vdpa`` node device has it as its ``<parent>``. nova's
 sysfs reads (MAC addresses, VF numbers, PF interface names) are not here.
 """
 
@@ -51,8 +52,9 @@ def pci_devices(xml_by_name):
     """Every PCI function of a host, with NIC interface names.
 
     :param xml_by_name: node-device name -> ``XMLDesc(0)``, for the devices
-        ``listAllDevices(CAP_PCI_DEV | CAP_NET)`` returned; without the
-        ``net`` ones no device gets a ``devname``. Other devices are ignored.
+        ``listAllDevices(CAP_PCI_DEV | CAP_NET | CAP_VDPA)`` returned;
+        without the ``net`` ones no device gets a ``devname``, without the
+        ``vdpa`` ones no VF is a vDPA device. Other devices are ignored.
     :returns: tuple of :class:`rtagent.pci.model.HostDevice` sorted by
         address. A function with several interfaces (one port per netdev
         on some NICs) is named after the first in sorted order.
@@ -61,6 +63,7 @@ def pci_devices(xml_by_name):
     """
     by_name = {}
     ifnames = {}
+    vdpa_parents = set()
     for name, xml in xml_by_name.items():
         root = _device(xml, f"node device {name}")
         device = _pci(root, _what(root, name))
@@ -71,6 +74,8 @@ def pci_devices(xml_by_name):
         parent = root.findtext("parent")
         if interface and parent:
             ifnames.setdefault(parent, []).append(interface.strip())
+        if parent and root.find("capability[@type='vdpa']") is not None:
+            vdpa_parents.add(parent.strip())
     found = {}
     for name, device in by_name.items():
         if device.address in found:
@@ -80,6 +85,8 @@ def pci_devices(xml_by_name):
         named = (
             dataclasses.replace(device, devname=min(ifnames[name])) if name in ifnames else device
         )
+        if name in vdpa_parents and named.dev_type == model.TYPE_VF:
+            named = dataclasses.replace(named, dev_type=model.TYPE_VDPA)
         found[device.address] = (name, named)
     return tuple(found[address][1] for address in sorted(found))
 
