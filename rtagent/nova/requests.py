@@ -59,6 +59,13 @@ def project_id(instance):
 _PLACEMENT_SPEC_KEYS = ("resource_class", "traits")
 
 
+def pci_args(found):
+    """``pci_requests`` for the agent (from :func:`pci_requests`), left out
+    when there are none (so an agent older than RPC 1.4 is asked nothing it
+    does not know)."""
+    return {"pci_requests": found} if found else {}
+
+
 def pci_requests(nova_requests):
     """The API's ``pci_requests`` for a ``nova.objects.InstancePCIRequests``
     (or None): by spec, nova's specs as they are, with nova's request ids;

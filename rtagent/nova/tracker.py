@@ -33,6 +33,7 @@ from rtagent.nova import (
     metrics,
     migrations,
     numa,
+    pcicalls,
     pcirows,
     reconcile,
     requests,
@@ -356,7 +357,7 @@ class RtagentResourceTracker:
             project_id=requests.project_id(instance),
             limits=requests.limits(limits),
             **self._numa_request(cn, instance.flavor, instance.image_meta),
-            **_pci_args(requests.pci_requests(instance.pci_requests)),
+            **requests.pci_args(requests.pci_requests(instance.pci_requests)),
         )
 
     def _numa_request(self, cn, flavor, image_meta):
@@ -520,7 +521,7 @@ class RtagentResourceTracker:
                 volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
                 limits=requests.limits(limits),
                 **self._numa_request(cn, new_flavor, move_image),
-                **_pci_args(requests.pci_requests(asked)),
+                **requests.pci_args(requests.pci_requests(asked)),
             )
         except AgentRefused as exc:
             if exc.code not in _REFUSED:
@@ -636,131 +637,29 @@ class RtagentResourceTracker:
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def claim_pci_devices(self, context, pci_requests, instance_numa_topology=None):
         """The rows of the devices the agent chose for ``pci_requests``: at
-        the destination of the instance's live migration (its
-        ``start_move`` carried the instance's requests), or, for an
-        interface attached to the instance where it runs, devices the agent
-        adds to its claim now (``attach_pci_devices``).
+        the destination of the instance's live migration, or for an
+        interface attached to the instance where it runs (see
+        :mod:`.pcicalls`).
 
         :raises PciDeviceRequestFailed: the agent chose no devices for
             these requests.
         """
         if pci_requests is None or not pci_requests.requests:
             return []
-        instance_uuid = pci_requests.instance_uuid
-        wanted = {r.request_id for r in pci_requests.requests}
         for nodename, cn in self.compute_nodes.items():
-            found = self._agent_record(cn, instance_uuid)
-            moves = [m for m in found.get("moves") or () if m.get("dest_node") == cn.uuid]
-            if not moves:
-                moves = self._start_live_move(context, pci_requests, cn)
-            if not moves and found.get("claim") is not None:
-                chosen = self._attach(cn, pci_requests)
-                if chosen is not None:
-                    return self._claim_pci_rows(
-                        context, _Uuid(instance_uuid), nodename, {"pci_devices": chosen}
-                    )
-            for move in moves:
-                chosen = [
-                    d for d in move.get("new_pci_devices") or () if d.get("request_id") in wanted
-                ]
-                if {d.get("request_id") for d in chosen} == wanted:
-                    placed = {"pci_devices": chosen}
-                    return self._claim_pci_rows(context, _Uuid(instance_uuid), nodename, placed)
+            chosen = pcicalls.devices_for(self.link, context, cn, pci_requests)
+            if chosen is not None:
+                placed = {"pci_devices": chosen}
+                instance = _Uuid(pci_requests.instance_uuid)
+                return self._claim_pci_rows(context, instance, nodename, placed)
         raise exception.PciDeviceRequestFailed(requests=pci_requests.requests)
-
-    def _attach(self, cn, pci_requests):
-        """The devices the agent adds to the instance's claim at ``cn`` for
-        ``pci_requests`` (an interface attach), or None when it refuses."""
-        try:
-            placed = self.link.call(
-                "attach_pci_devices",
-                node_uuid=cn.uuid,
-                instance_uuid=pci_requests.instance_uuid,
-                pci_requests=requests.pci_requests(pci_requests),
-            )
-        except AgentRefused as exc:
-            if exc.code not in _REFUSED and exc.code != "pci.invalid_request":
-                raise
-            LOG.warning("PCI devices for instance %s refused: %s", pci_requests.instance_uuid, exc)
-            return None
-        return placed.get("pci_devices") or []
-
-    def _start_live_move(self, context, pci_requests, cn):
-        """The agent's record, at ``cn``, of the instance's live migration
-        that ComputeManager checks here without a live-migration claim
-        (a guest without NUMA topology): its devices are chosen by the
-        agent now, with the flavor's resources, for all the instance's
-        requests (those of ``pci_requests`` as given: the conductor put the
-        destination's providers in their specs). :returns: the move as
-        ``get_instance`` lists it, in a list; ``[]`` when there is no such
-        migration or it is refused."""
-        instance_uuid = pci_requests.instance_uuid
-        found = objects.MigrationList.get_by_filters(
-            context,
-            {
-                "instance_uuid": instance_uuid,
-                "migration_type": "live-migration",
-                "status": list(_LIVE_CHECKING),
-            },
-            sort_keys=["created_at", "id"],
-            sort_dirs=["desc", "desc"],
-        )
-        if not found:
-            return []
-        migration = found[0]
-        instance = objects.Instance.get_by_uuid(
-            context, instance_uuid, expected_attrs=["flavor", "pci_requests"]
-        )
-        given = {r.request_id: r for r in pci_requests.requests}
-        asked = objects.InstancePCIRequests(
-            instance_uuid=instance_uuid,
-            requests=[
-                given.get(r.request_id, r)
-                for r in (instance.pci_requests.requests if instance.pci_requests else [])
-            ],
-        )
-        try:
-            placed = self.link.call(
-                "start_move",
-                node_uuid=cn.uuid,
-                migration_uuid=migration.uuid,
-                instance_uuid=instance_uuid,
-                migration_type="live-migration",
-                source_node=migrations.source_node_uuid(context, migration),
-                dest_node=cn.uuid,
-                old_flavor=requests.flavor(instance.flavor),
-                new_flavor=requests.flavor(instance.flavor),
-                volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
-                **_pci_args(requests.pci_requests(asked)),
-            )
-        except AgentRefused as exc:
-            LOG.warning("Live migration of %s to %s refused: %s", instance_uuid, cn.uuid, exc)
-            return []
-        return [{"dest_node": cn.uuid, "new_pci_devices": placed.get("pci_devices") or []}]
-
-    def _agent_record(self, cn, instance_uuid):
-        """What the agent holds of the instance at ``cn`` (``get_instance``),
-        ``{}`` when nothing."""
-        try:
-            return self.link.call("get_instance", node_uuid=cn.uuid, instance_uuid=instance_uuid)
-        except AgentRefused:
-            return {}
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def unclaim_pci_devices(self, context, pci_device, instance):
         """An interface's device given back (detached, or its attach
         failed): the agent's claim lets it go, then nova's row."""
         for cn in self.compute_nodes.values():
-            try:
-                self.link.call(
-                    "detach_pci_devices",
-                    node_uuid=cn.uuid,
-                    instance_uuid=instance.uuid,
-                    addresses=[pci_device.address],
-                )
-            except AgentRefused as exc:
-                if exc.code != "tracker.instance_not_found":
-                    raise
+            pcicalls.detach(self.link, cn, instance.uuid, pci_device.address)
         for rows in self._pci_rows.values():
             rows.free_devices([pci_device], instance)
             rows.save(context)
@@ -798,16 +697,6 @@ def tracker_class(make_link):
     return type(
         "ResourceTracker", (RtagentResourceTracker,), {"make_link": staticmethod(make_link)}
     )
-
-
-# A live migration's statuses while its destination is checked and prepared.
-_LIVE_CHECKING = ("accepted", "queued", "preparing", "running")
-
-
-def _pci_args(found):
-    """``pci_requests`` for the agent, left out when there are none (so an
-    agent older than RPC 1.4 is asked nothing it does not know)."""
-    return {"pci_requests": found} if found else {}
 
 
 def _unavailable(refusal):

@@ -49,6 +49,25 @@ def consumer_type(body):
     return DEFAULT_CONSUMER_TYPE
 
 
+def rewrite(client, consumer, allocations, read):
+    """Replace ``consumer``'s allocations with ``allocations``
+    ({provider: {class: amount}}), on the ``GET /allocations/{c}`` answer
+    ``read`` they are based on: its generation (a writer since makes it a
+    conflict, not a lost update), its owner and its consumer type kept.
+
+    :raises GenerationConflict: the consumer changed since ``read``.
+    :raises PlacementRequestFailed: Placement refused it (e.g. capacity).
+    """
+    client.put_allocations(
+        consumer,
+        allocations,
+        consumer_generation=read["consumer_generation"],
+        project_id=read["project_id"],
+        user_id=read["user_id"],
+        consumer_type=consumer_type(read),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class HealResult:
     """What one healing pass did.

@@ -36,8 +36,7 @@ Amounts on other providers, and other classes, are never changed.
 
 import logging
 
-from rtagent.placement import errors
-from rtagent.placement.allocations import consumer_type
+from rtagent.placement import allocations, errors
 
 LOG = logging.getLogger(__name__)
 
@@ -177,14 +176,7 @@ class DeviceAllocations:
                 )
             return False
         try:
-            self._client.put_allocations(
-                consumer,
-                new,
-                consumer_generation=body["consumer_generation"],
-                project_id=body["project_id"],
-                user_id=body["user_id"],
-                consumer_type=consumer_type(body),
-            )
+            allocations.rewrite(self._client, consumer, new, body)
         except errors.GenerationConflict:
             LOG.info(
                 "Consumer %s changed while its device allocations were added; next pass", consumer

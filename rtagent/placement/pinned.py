@@ -24,8 +24,7 @@ start-up publishes it), so each consumer is an independent, atomic write.
 import dataclasses
 import logging
 
-from rtagent.placement import errors
-from rtagent.placement.allocations import consumer_type
+from rtagent.placement import allocations, errors
 
 LOG = logging.getLogger(__name__)
 
@@ -62,10 +61,10 @@ def correction(claimed, held):
     return need, None
 
 
-def moved(allocations, root, amount):
-    """``allocations`` ({provider: {class: amount}}) with ``amount`` of the
+def moved(current, root, amount):
+    """``current`` ({provider: {class: amount}}) with ``amount`` of the
     root's VCPU counted as PCPU (pure)."""
-    result = {rp: dict(res) for rp, res in allocations.items()}
+    result = {rp: dict(res) for rp, res in current.items()}
     on_root = result[root]
     on_root["VCPU"] -= amount
     if not on_root["VCPU"]:
@@ -152,14 +151,7 @@ class PinnedAllocations:
         if correction(claimed, current.get(root)) != (amount, None):
             return False
         try:
-            self._client.put_allocations(
-                consumer,
-                moved(current, root, amount),
-                consumer_generation=body["consumer_generation"],
-                project_id=body["project_id"],
-                user_id=body["user_id"],
-                consumer_type=consumer_type(body),
-            )
+            allocations.rewrite(self._client, consumer, moved(current, root, amount), body)
         except errors.GenerationConflict:
             LOG.info("Consumer %s changed while its VCPU was moved to PCPU; next pass", consumer)
             return False
