@@ -167,7 +167,9 @@ class NodePublisher:
     def _check_devices(self, tracker, held):
         """Add the devices that claims hold to allocations a scheduler wrote
         without them (see :mod:`.placement.pcialloc`)."""
-        if self._devices is None or not held or self.sync.view.get(self.node_uuid) is None:
+        if self._devices is None or self.sync.view.get(self.node_uuid) is None:
+            return
+        if not held and self._devices.idle:
             return
         snapshot = tracker.snapshot()
         moves = snapshot.migrations
@@ -175,7 +177,9 @@ class NodePublisher:
         # being written: looked at once it is settled.
         same = {m.instance_uuid for m in moves if m.source_node == m.dest_node}
         moving = {m.instance_uuid: m.uuid for m in moves if m.source_node != m.dest_node}
-        self._devices.check(self.node_uuid, held, frozenset(same) | snapshot.pending, moving)
+        claimed = frozenset(i.uuid for i in snapshot.instances)
+        busy = frozenset(same) | snapshot.pending
+        self._devices.check(self.node_uuid, held, busy, moving, claimed)
 
     def find_unknown(self, tracker, full=False):
         """Allocations on our providers of consumers the node does not know

@@ -48,31 +48,44 @@ def healed(current, root, wanted):
         as Placement holds it.
     :param root: the node's root provider UUID.
     :param wanted: {provider: {class: amount}}, the devices the node's
-        claims hold for the consumer, by provider.
+        claims hold for the consumer, by provider; an amount of 0 removes
+        the class from that provider (a device given back).
     :returns: the new {provider: {class: amount}}, or None when there is
         nothing to write (already right, or nothing held on ``root``).
     """
-    if not current.get(root):
+    if not current.get(root) or not missing(current, wanted):
         return None
     result = {rp: dict(res) for rp, res in current.items()}
-    changed = False
     for rp, classes in wanted.items():
         on_rp = result.setdefault(rp, {})
         for rc, amount in classes.items():
-            if on_rp.get(rc) != amount:
+            if amount:
                 on_rp[rc] = amount
-                changed = True
-    return result if changed else None
+            else:
+                on_rp.pop(rc, None)
+        if not on_rp:
+            del result[rp]
+    return result
 
 
 def missing(current, wanted):
-    """Whether ``current`` lacks any amount of ``wanted`` (both
-    {provider: {class: amount}}; pure)."""
+    """Whether ``current`` differs from any amount of ``wanted`` (both
+    {provider: {class: amount}}, an absent class counting 0; pure)."""
     return any(
-        current.get(rp, {}).get(rc) != amount
+        current.get(rp, {}).get(rc, 0) != amount
         for rp, classes in wanted.items()
         for rc, amount in classes.items()
     )
+
+
+def with_dropped(wanted, before):
+    """``wanted`` with 0 for every class of ``before`` (the devices last
+    checked) it no longer has: those devices were given back (pure)."""
+    result = {rp: dict(classes) for rp, classes in wanted.items()}
+    for rp, classes in before.items():
+        for rc in classes:
+            result.setdefault(rp, {}).setdefault(rc, 0)
+    return result
 
 
 class DeviceAllocations:
@@ -97,9 +110,14 @@ class DeviceAllocations:
         # one (a steady tick) costs one comparison, no request.
         self._settled = None
 
-    def check(self, root, held, busy=frozenset(), moving=None):
+    @property
+    def idle(self):
+        """Nothing checked: with no device held either, nothing to do."""
+        return not self._checked
+
+    def check(self, root, held, busy=frozenset(), moving=None, claimed=None):
         """Look at the consumers of ``held`` not checked for their current
-        devices and moves.
+        devices and moves, and at those that gave all theirs back.
 
         :param root: the node's root provider UUID.
         :param held: {consumer: {provider: {class: amount}}}, the devices
@@ -111,23 +129,34 @@ class DeviceAllocations:
         :param moving: {instance: migration} of the moves in flight between
             this node and another: a consumer is looked at again when its
             move starts or ends (its allocation on this node changes hands).
+        :param claimed: the instances claimed on the node: one checked with
+            devices that holds none now (they were detached) has them taken
+            out of its allocation; one no longer claimed is forgotten (what
+            it holds is for the healing of released consumers). None: those
+            of ``held``.
         :returns: the consumers whose allocation was written, sorted.
         :raises PlacementUnavailable: stop; the next pass looks again.
         """
         moving = moving or {}
-        state = (held, moving, busy)
+        claimed = frozenset(held) if claimed is None else claimed
+        state = (held, moving, busy, claimed)
         if state == self._settled:
             return ()
         marks = {c: (w, moving.get(c)) for c, w in held.items() if c not in busy}
-        self._checked = {c: m for c, m in self._checked.items() if marks.get(c) == m}
-        new = sorted(c for c in marks if c not in self._checked)
-        found = self._bulk(new, held) if len(new) > self._max_reads else {}
+        for consumer in [c for c in self._checked if c not in held]:
+            if consumer not in claimed:
+                del self._checked[consumer]
+            elif consumer not in busy:
+                marks[consumer] = ({}, moving.get(consumer))
+        new = sorted(c for c, m in marks.items() if self._checked.get(c) != m)
+        wants = {c: with_dropped(marks[c][0], self._checked.get(c, ({}, None))[0]) for c in new}
+        found = self._bulk(wants) if len(new) > self._max_reads else {}
         done = []
         conflicts = False
         for consumer in new:
-            wanted = held[consumer]
+            wanted = wants[consumer]
             if consumer in found and not missing(found[consumer], wanted):
-                self._checked[consumer] = marks[consumer]
+                self._remember(consumer, marks[consumer])
                 continue
             written = self._heal(consumer, root, wanted)
             if written is None:
@@ -135,28 +164,33 @@ class DeviceAllocations:
                 continue
             if written:
                 done.append(consumer)
-            self._checked[consumer] = marks[consumer]
+            self._remember(consumer, marks[consumer])
         if not conflicts:
-            self._settled = (dict(held), dict(moving), frozenset(busy))
+            self._settled = (dict(held), dict(moving), frozenset(busy), claimed)
         return tuple(done)
 
-    def _bulk(self, consumers, held):
-        """{consumer: {provider: {class: amount}}} of ``consumers`` on the
-        device providers they hold, one read per provider."""
-        providers = sorted({rp for c in consumers for rp in held[c]})
-        found = {}
-        wanted = set(consumers)
+    def _remember(self, consumer, mark):
+        if mark[0]:
+            self._checked[consumer] = mark
+        else:
+            self._checked.pop(consumer, None)  # holds no device now
+
+    def _bulk(self, wants):
+        """{consumer: {provider: {class: amount}}} of the consumers of
+        ``wants`` (consumer -> wanted amounts) on the device providers
+        their amounts name, one read per provider."""
+        providers = sorted({rp for wanted in wants.values() for rp in wanted})
+        found = {c: {} for c in wants}
         for rp in providers:
             _, allocs = self._client.get_provider_allocations(rp)
             for consumer, resources in allocs.items():
-                if consumer in wanted:
-                    found.setdefault(consumer, {})[rp] = resources
-        for consumer in consumers:
-            found.setdefault(consumer, {})
+                if consumer in found:
+                    found[consumer][rp] = resources
         return found
 
     def _heal(self, consumer, root, wanted):
-        """Write what ``consumer``'s allocation lacks.
+        """Write the device amounts ``consumer``'s allocation lacks or has
+        too many of.
 
         :returns: True when written, False when nothing was to be written
             (or Placement refused it: reported, not retried until its
@@ -169,7 +203,7 @@ class DeviceAllocations:
                 LOG.info(
                     "Consumer %s holds devices on this node but nothing on provider %s "
                     "(a move in flight elsewhere, or its allocation is gone): its device "
-                    "allocations %s are not added",
+                    "allocations %s are not written",
                     consumer,
                     root,
                     wanted,
@@ -179,7 +213,8 @@ class DeviceAllocations:
             allocations.rewrite(self._client, consumer, new, body)
         except errors.GenerationConflict:
             LOG.info(
-                "Consumer %s changed while its device allocations were added; next pass", consumer
+                "Consumer %s changed while its device allocations were written; next pass",
+                consumer,
             )
             return None
         except errors.PlacementRequestFailed as exc:
@@ -191,8 +226,9 @@ class DeviceAllocations:
             )
             return False
         LOG.info(
-            "Consumer %s held PCI devices that its allocation did not count (a "
-            "scheduler without PCI in Placement): added %s",
+            "Consumer %s: its allocation did not count the PCI devices its claim holds "
+            "(a scheduler without PCI in Placement, or devices attached or detached); "
+            "now %s",
             consumer,
             wanted,
         )

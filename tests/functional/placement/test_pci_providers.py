@@ -469,3 +469,38 @@ def test_a_same_host_resize_is_left_alone_until_it_is_confirmed(pci_agent, opera
         root: {"VCPU": 2, "MEMORY_MB": 1024},
         nic_rp: {VF_RC: 2},
     }
+
+
+def test_devices_attached_and_detached_are_added_to_and_taken_from_the_allocation(
+    pci_agent, operator
+):
+    agent = pci_agent()
+    root = agent.tracker.node_uuid
+    nic_rp, gpu_rp = provider_uuid(root, PF), provider_uuid(root, GPU)
+    inst = scheduled(agent, operator, [{"alias": "vf", "count": 2, "request_id": "vfs"}])
+    agent.audit()
+    flavor = {root: {"VCPU": 1, "MEMORY_MB": 512}}
+    assert allocations_of(operator, inst) == {**flavor, nic_rp: {VF_RC: 2}}
+
+    (gpu,) = agent.tracker.attach_pci_devices(
+        inst, [{"alias": "t4", "count": 1, "request_id": "port"}]
+    )
+    agent.audit()
+    assert allocations_of(operator, inst) == {**flavor, nic_rp: {VF_RC: 2}, gpu_rp: {GPU_RC: 1}}
+
+    # One VF and the GPU given back: one VF stays counted, the GPU leaves.
+    vf = next(
+        h.address
+        for h in agent.tracker.snapshot().instances[0].pci_devices
+        if h.request_id == "vfs"
+    )
+    agent.tracker.detach_pci_devices(inst, [vf, gpu.address])
+    agent.audit()
+    assert allocations_of(operator, inst) == {**flavor, nic_rp: {VF_RC: 1}}
+
+    # The last one: the allocation is the flavor's again.
+    (last,) = (h.address for h in agent.tracker.snapshot().instances[0].pci_devices)
+    agent.tracker.detach_pci_devices(inst, [last])
+    agent.audit()
+    assert allocations_of(operator, inst) == flavor
+    assert get(operator, f"/resource_providers/{nic_rp}/usages")["usages"] == {VF_RC: 0}
