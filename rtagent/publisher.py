@@ -165,8 +165,9 @@ class NodePublisher:
             self._pinned.check(self.node_uuid, tracker.snapshot().instances)
 
     def _check_devices(self, tracker, held):
-        """Add the devices that claims hold to allocations a scheduler wrote
-        without them (see :mod:`.placement.pcialloc`)."""
+        """Make each instance's allocation count the PCI devices its claim
+        holds on the node's device providers: those a scheduler left out,
+        or attached or detached since (see :mod:`.placement.pcialloc`)."""
         if self._devices is None or self.sync.view.get(self.node_uuid) is None:
             return
         if not held and self._devices.idle:

@@ -23,7 +23,7 @@ from rtagent.nova.link import AgentRefused
 LOG = logging.getLogger(__name__)
 
 # A live migration's statuses while its destination is checked and prepared.
-LIVE_CHECKING = ("accepted", "queued", "preparing", "running")
+_LIVE_CHECKING = ("accepted", "queued", "preparing", "running")
 
 # The agent's refusals of an attach that mean "no device for it here"
 # (nova's PciDeviceRequestFailed); any other stays an error.
@@ -125,7 +125,7 @@ def _start_live_move(link, context, pci_requests, cn):
         {
             "instance_uuid": instance_uuid,
             "migration_type": "live-migration",
-            "status": list(LIVE_CHECKING),
+            "status": list(_LIVE_CHECKING),
         },
         sort_keys=["created_at", "id"],
         sort_dirs=["desc", "desc"],
