@@ -46,15 +46,28 @@ class TwoSocketConnection:
         return ["x86_64", 131072, 32, 2300, 2, 1, 8, 2]
 
 
+def two_socket_driver(
+    instances, uri="test:///default", dedicated=DEDICATED, shared=SHARED, **options
+):
+    """rtagent's libvirt driver on the test driver at ``uri``, given the
+    2-socket host's facts."""
+    return LibvirtDriver(
+        uri,
+        instances,
+        opener=lambda opened: TwoSocketConnection(libvirt.open(opened)),
+        cpu_dedicated_set=dedicated,
+        cpu_shared_set=shared,
+        **options,
+    )
+
+
 def read_host(dedicated=DEDICATED, shared=SHARED, reserved_huge_pages=()):
     """One reading of the 2-socket host through the real driver."""
     with tempfile.TemporaryDirectory() as instances:
-        driver = LibvirtDriver(
-            "test:///default",
+        driver = two_socket_driver(
             instances,
-            opener=lambda uri: TwoSocketConnection(libvirt.open(uri)),
-            cpu_dedicated_set=dedicated,
-            cpu_shared_set=shared,
+            dedicated=dedicated,
+            shared=shared,
             reserved_huge_pages=reserved_huge_pages,
         )
         try:

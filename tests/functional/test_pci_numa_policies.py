@@ -9,7 +9,6 @@ draws the guest's cell to its own, unless the policy is ``preferred``."""
 
 import uuid
 
-import libvirt
 import pytest
 
 from rtagent import builder
@@ -17,8 +16,7 @@ from rtagent.pci.errors import DevicesUnavailable
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 from rtagent.tracker.model import Flavor
-from rtagent.virt.libvirt.driver import LibvirtDriver
-from tests.functional.numa_host import DEDICATED, SHARED, TwoSocketConnection
+from tests.functional.numa_host import DEDICATED, SHARED, two_socket_driver
 from tests.functional.test_pci_tracking import GPU, VFS, host_uri
 
 pytestmark = pytest.mark.functional
@@ -42,13 +40,7 @@ def agent(placement, make_conf, tmp_path):
         pci__alias=ALIASES,
     )
     (tmp_path / "instances").mkdir(exist_ok=True)
-    driver = LibvirtDriver(
-        host_uri(tmp_path),
-        str(tmp_path / "instances"),
-        opener=lambda uri: TwoSocketConnection(libvirt.open(uri)),
-        cpu_dedicated_set=DEDICATED,
-        cpu_shared_set=SHARED,
-    )
+    driver = two_socket_driver(str(tmp_path / "instances"), host_uri(tmp_path))
     built = builder.build_agent(
         conf,
         driver=driver,

@@ -9,16 +9,14 @@ by an agent built as the service builds it.
 
 import uuid
 
-import libvirt
 import pytest
 
 from rtagent import builder
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 from rtagent.tracker.model import Flavor
-from rtagent.virt.libvirt.driver import LibvirtDriver
 from tests.functional.conftest import Recorder, put_allocation
-from tests.functional.numa_host import DEDICATED, SHARED, TwoSocketConnection
+from tests.functional.numa_host import DEDICATED, SHARED, two_socket_driver
 from tests.functional.placement.conftest import allocations_of, get
 
 pytestmark = pytest.mark.functional
@@ -40,13 +38,7 @@ def make_numa_agent(placement, make_conf, tmp_path):
     agents = []
 
     def make(observer=None):
-        driver = LibvirtDriver(
-            "test:///default",
-            str(tmp_path / "numa-instances"),
-            opener=lambda uri: TwoSocketConnection(libvirt.open(uri)),
-            cpu_dedicated_set=DEDICATED,
-            cpu_shared_set=SHARED,
-        )
+        driver = two_socket_driver(str(tmp_path / "numa-instances"))
         agent = builder.build_agent(
             conf,
             driver=driver,
