@@ -2,38 +2,49 @@
 # Licensed under the Apache License, Version 2.0 (the "License"); you may not
 # use this file except in compliance with the License. You may obtain a copy
 # of the License at http://www.apache.org/licenses/LICENSE-2.0
-"""nova 34.0.0's own functional tests, first as shipped (the baseline), then
-with rtagent as every compute service's resource tracker (make test-nova).
+"""nova 34.0.0's own functional tests with rtagent as every compute
+service's resource tracker, against a recorded baseline (make test-nova).
 
 Run with the python of ``.venv-nova`` (tools/setup-nova-env.sh). nova's
 tests are not changed: ``rtagent.nova.testhook`` puts rtagent's tracker in
 place when ``RTAGENT_NOVA_TRACKER`` is set, and guards nova's own.
 
-Every test that passes in the baseline must pass with rtagent, unless
-docs/nova.md lists it (with its reason) under "Exceptions"; a listed test
-that passes is reported, so the list cannot rot silently. Prints
+``check`` (the default) runs, with rtagent, every selected test that stock
+nova passed in the recorded baseline (tools/nova-baseline.json, written by
+``record``: ``make nova-baseline``), in process and then a class of them
+over oslo.messaging, and gives each test one outcome (tools/novatests/
+verdict.py): a pass counts only with rtagent's proof that it served the
+test; a failure is excused only by a docs/nova.md entry whose signature it
+matches; a flake with rtagent fails the run. It prints
 
     nova_baseline_passed=N nova_with_rtagent_passed=N nova_with_rtagent_failed=N
+    nova_not_injected=N nova_flaky_with_rtagent=N ...
 
-and exits 1 on any unlisted failure (or a run that ran nothing).
+and exits 0 on PASS, 1 on FAIL, 2 when it cannot judge (rtagent not
+importable in nova's tests, a record that is not this environment's, a
+docs/nova.md table it cannot read), with one line saying why.
 """
 
 import argparse
+import json
 import os
 import re
-import signal
+import shutil
 import subprocess
 import sys
-import sysconfig
-import time
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(TOP, "tools"))
+
+from novatests import exceptions, record, verdict  # noqa: E402
+from novatests import stestr as st  # noqa: E402
+
 DOC = os.path.join(TOP, "docs", "nova.md")
-# The suites issue 14 names: moves, provider trees, the libvirt fakes'
-# evacuation, live migration, CPU traits and resource tracking, and the
-# regression tests about allocations, resizes, migrations, evacuations and
-# claims; issue 15's NUMA servers and NUMA live migration; and issue 16's
-# PCI passthrough, SR-IOV and PCI in Placement.
+RECORD = os.path.join(TOP, "tools", "nova-baseline.json")
+CONSTRAINTS = os.path.join(TOP, "tools", "nova-constraints.txt")
+# Issue 14's moves, provider trees, evacuation, live migration, CPU traits
+# and resource tracking; issue 15's NUMA; issue 16's PCI; and (issue 28)
+# every test of nova's functional/compute and functional/regressions.
 SUITES = (
     r"^nova\.tests\.functional\."
     r"(test_servers\.ServerMovingTests"
@@ -47,209 +58,278 @@ SUITES = (
     r"|libvirt\.test_numa_live_migration\."
     r"|libvirt\.test_pci_sriov_servers\."
     r"|libvirt\.test_pci_in_placement\."
-    r"|regressions\.\S*(alloc|resiz|migrat|evacua|claim))"
+    r"|compute\."
+    r"|regressions\.)"
 )
 # One class run again with the agent behind oslo.messaging RPC.
 RPC_SUITE = r"^nova\.tests\.functional\.test_servers\.ServerMovingTests\."
-# Wall-clock limits of one stestr run and of the rerun of its failures
-# (seconds); nova's own per-test OS_TEST_TIMEOUT is 300 s, but a test
-# stuck outside eventlet's reach does not see it, so one test that runs
-# longer than TEST_WALL is stopped (named "hung", counted as failed) and
-# the run goes on with the tests it had not started.
-RUN_WALL = 1800
-RERUN_WALL = 900
-TEST_WALL = 330
-POLL = 10
-_EXCEPTION = re.compile(r"^\|\s*`(nova\.tests\.functional\.[\w.]+)`\s*\|")
+# The hang limit is measured: this many times the slowest test the record
+# has stock nova pass (2 workers on this machine), and never below FLOOR.
+HANG_FACTOR, HANG_FLOOR = 3.0, 120.0
+# A run's wall-clock limit: this many times the record's serial time of its
+# tests divided by the workers, and never below WALL_FLOOR.
+WALL_FACTOR, WALL_FLOOR = 2.5, 600.0
+
+_PREFLIGHT = """
+import sys
+try:
+    import rtagent.nova.testhook  # noqa: F401
+except Exception as e:
+    print(f"rtagent cannot be imported in nova's environment ({type(e).__name__}: {e})")
+    sys.exit(3)
+import nova.test
+if getattr(nova.test.TestCase.setUp, "rtagent_mode", None) != "inprocess":
+    print("rtagent's test hook is not installed in nova's environment "
+          "(rtagent_nova_testhook.pth is missing from its site-packages)")
+    sys.exit(3)
+"""
 
 
-def exceptions():
-    """Test ids docs/nova.md lists as exceptions."""
-    with open(DOC) as f:
-        return {m.group(1) for m in map(_EXCEPTION.match, f) if m}
+class CannotJudge(Exception):
+    """make test-nova cannot give a verdict; one line says why."""
 
 
-def run(workdir, regex, mode, concurrency, listed=frozenset()):
-    """{test id: status} of one stestr run; ``mode`` None is the baseline.
+def preflight(workdir):
+    """:raises CannotJudge: rtagent would not be in nova's tests (run where
+    the tests run, so the checkout itself is not on the path)."""
+    env = dict(os.environ, RTAGENT_NOVA_TRACKER="inprocess")
+    done = subprocess.run(
+        [sys.executable, "-c", _PREFLIGHT],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        lines = (done.stdout.strip() or done.stderr.strip() or "no reason given").splitlines()
+        raise CannotJudge(lines[-1])
 
-    Tests that fail are run once more, one at a time: nova's tests have
-    timing windows that a loaded 2-core machine sometimes hits, on stock
-    nova as with rtagent. A test that then passes counts as passed and is
-    named on a ``rerun_passed`` line, so a flaky one stays visible. Tests
-    in ``listed`` (docs/nova.md's exceptions) are not run again.
-    """
+
+def hang_limit(expected):
+    slowest = max((entry.get("seconds", 0.0) for entry in expected.values()), default=0.0)
+    return max(HANG_FLOOR, HANG_FACTOR * slowest)
+
+
+def wall(expected, ids, concurrency):
+    serial = sum(expected[t].get("seconds", 0.0) for t in ids)
+    return max(WALL_FLOOR, WALL_FACTOR * serial / concurrency)
+
+
+def environment(mode=None, proof_dir=None):
     env = dict(os.environ, OS_TEST_TIMEOUT="300")
-    env.pop("RTAGENT_NOVA_TRACKER", None)
+    for name in ("RTAGENT_NOVA_TRACKER", "RTAGENT_NOVA_PROOF_DIR"):
+        env.pop(name, None)
     if mode:
         env["RTAGENT_NOVA_TRACKER"] = mode
-    stestr = Stestr(workdir, env, mode or "baseline")
-    found = stestr.run([regex], concurrency, wall=RUN_WALL)
-    failed = sorted(t for t, s in found.items() if s == "fail" and t not in listed)
-    if failed:
-        load_list = os.path.join(workdir, "rerun.txt")
-        with open(load_list, "w") as f:
-            f.write("".join(f"{test}\n" for test in failed))
-        again = stestr.run(["--load-list", load_list], 1, wall=RERUN_WALL)
-        for test in failed:
-            if again.get(test) == "success":
-                print(f"{mode or 'baseline'}: rerun_passed {test}")
-                found[test] = "success"
-    return found
+        env["RTAGENT_NOVA_PROOF_DIR"] = proof_dir
+    return env
 
 
-class Stestr:
-    """stestr runs of nova's tests, watched as they go.
+class Judge:
+    """Runs tests with rtagent and gives each an outcome.
 
-    The subunit stream is read as it is written, so a run stopped at a
-    wall-clock limit still reports every test that ended. A test that
-    started and never ended is named "hung" (and counts as failed) instead
-    of stalling make test-nova until CI's own limit; after one, the tests
-    not finished yet go on in a new stestr run.
+    :param listed: docs/nova.md's {test id: (signature, reason)}.
+    :param flaky_on_stock: the tests the record shows flaky on stock nova.
     """
 
-    def __init__(self, workdir, env, label):
-        self.workdir, self.env, self.label = workdir, env, label
-        self.stream_path = os.path.join(workdir, "last.subunit")
+    def __init__(self, workdir, listed, flaky_on_stock, concurrency):
+        self.workdir, self.listed = workdir, listed
+        self.flaky_on_stock, self.concurrency = flaky_on_stock, concurrency
 
-    def run(self, tests, concurrency, wall):
-        """{test id: status} of ``tests`` (stestr arguments) within ``wall``
-        seconds; a test never run is "not run"."""
-        deadline = time.monotonic() + wall
-        found = {}
-        while True:
-            part, hung = self._one(tests, concurrency, deadline)
-            for test in hung:
-                print(f"{self.label}: hung {test}")
-                part[test] = "fail"
-            found.update(part)
-            left = sorted(t for t, s in found.items() if s in ("exists", "inprogress"))
-            if not (hung and left and time.monotonic() < deadline):
-                break
-            tests = ["--load-list", os.path.join(self.workdir, "left.txt")]
-            with open(tests[1], "w") as f:
-                f.write("".join(f"{test}\n" for test in left))
-        for test, status in found.items():
-            if status in ("exists", "inprogress"):
-                found[test] = "not run"
-        return found
-
-    def _one(self, tests, concurrency, deadline):
-        """({test id: status}, [hung test ids]) of one stestr process."""
-        started, hung = {}, []
-        command = [sys.executable, "-m", "stestr", "run", "--subunit"]
-        with open(self.stream_path, "wb") as out:
-            proc = subprocess.Popen(
-                [*command, "--concurrency", str(concurrency), *tests],
-                cwd=self.workdir,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            while True:
-                try:
-                    proc.wait(timeout=POLL)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                now = time.monotonic()
-                running = [t for t, s in self._read().items() if s == "inprogress"]
-                started = {t: started.get(t, now) for t in running}
-                if now >= deadline:
-                    print(f"{self.label}: stopped after its wall-clock limit")
-                    hung = running
-                else:
-                    hung = [t for t, t0 in started.items() if now - t0 > TEST_WALL]
-                if hung:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    break
-        found = self._read()
-        found.pop("subunit.parser", None)  # a stream cut by the kill
-        return found, hung
-
-    def _read(self):
-        with open(self.stream_path, "rb") as f:
-            return statuses(f.read())
-
-
-def statuses(stream):
-    """{test id: 'success' | 'fail' | 'skip' | ...} from a subunit v2 stream."""
-    import io
-
-    import subunit
-    import testtools
-
-    found = {}
-
-    def record(test):
-        found[test["id"]] = test["status"]
-
-    result = testtools.StreamToDict(record)
-    result.startTestRun()
-    subunit.ByteStreamToStreamResult(io.BytesIO(stream)).run(result)
-    result.stopTestRun()
-    return found
-
-
-def prepare(workdir):
-    os.makedirs(workdir, exist_ok=True)
-    site = sysconfig.get_paths()["purelib"]
-    with open(os.path.join(workdir, ".stestr.conf"), "w") as f:
-        f.write(f"[DEFAULT]\ntest_path={site}/nova/tests/functional\ntop_dir={site}\n")
-    if not os.path.isdir(os.path.join(workdir, ".stestr")):
-        subprocess.run(
-            [sys.executable, "-m", "stestr", "init"], cwd=workdir, check=True, capture_output=True
+    def __call__(self, mode, ids, expected):
+        """{test id: (outcome, why)} of ``ids`` run with rtagent in ``mode``."""
+        hang = hang_limit(expected)
+        run_wall = wall(expected, ids, self.concurrency)
+        print(
+            f"{mode}: {len(ids)} tests, hang limit {hang:.0f} s, wall {run_wall:.0f} s", flush=True
         )
+        signatures = {
+            t: verdict.compile_signature(self.listed[t][0]) for t in ids if t in self.listed
+        }
+        first = self._attempts(mode, mode, ids, self.concurrency, (hang, run_wall))
+        outcomes, open_ = {}, []
+        for test in ids:
+            outcome = verdict.first_pass(first[test], signatures.get(test))
+            if outcome is None:
+                open_.append(test)
+            else:
+                outcomes[test] = (outcome, _why(outcome, first[test]))
+        if not open_:
+            return outcomes
+        print(f"{mode}: {len(open_)} tests run again, one at a time", flush=True)
+        limits = (hang, wall(expected, open_, 1))
+        again = self._attempts(mode, f"{mode}-again", open_, 1, limits)
+        need_stock = [t for t in open_ if verdict.needs_stock_run(again[t], signatures.get(t))]
+        stock = {}
+        if need_stock:
+            print(f"{mode}: {len(need_stock)} tests run on stock nova", flush=True)
+            runner = st.Runner(self.workdir, environment(), f"{mode}-stock", hang)
+            for test, result in runner.run(need_stock, 1, wall(expected, need_stock, 1)).items():
+                stock[test] = verdict.Attempt(result.status, result.text)
+        for test in open_:
+            outcome = verdict.after_rerun(
+                first[test],
+                again[test],
+                signatures.get(test),
+                test in self.flaky_on_stock,
+                stock.get(test),
+            )
+            outcomes[test] = (outcome, _why(outcome, first[test], again[test]))
+        return outcomes
+
+    def _attempts(self, mode, label, ids, concurrency, limits):
+        """{test id: verdict.Attempt} of one run of ``ids`` with rtagent."""
+        proof_dir = os.path.join(self.workdir, f"proof-{label}")
+        shutil.rmtree(proof_dir, ignore_errors=True)
+        os.makedirs(proof_dir)
+        hang, run_wall = limits
+        runner = st.Runner(self.workdir, environment(mode, proof_dir), label, hang)
+        found = runner.run(ids, concurrency, run_wall)
+        return {
+            t: verdict.Attempt(r.status, r.text, _proof(proof_dir, t)) for t, r in found.items()
+        }
 
 
-def compare(name, baseline, with_rtagent, listed):
-    """Print the figures of one comparison; the unlisted failures."""
-    passed = {t for t, s in baseline.items() if s == "success"}
-    ok = {t for t, s in with_rtagent.items() if s == "success"}
-    failed = sorted(passed - ok)
-    unlisted = [t for t in failed if t not in listed]
-    fixed = sorted(t for t in listed & ok if t in passed)
+def _proof(proof_dir, test):
+    try:
+        with open(os.path.join(proof_dir, f"{test}.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _why(outcome, first, again=None):
+    if outcome in (verdict.PASSED, verdict.WITHOUT_COMPUTE, verdict.LISTED):
+        return ""
+    if outcome == verdict.NOT_INJECTED:
+        return verdict.injected((again or first).proof)[1]
+    if outcome in (verdict.FLAKY, verdict.FLAKY_ON_STOCK):
+        return f"failed, then passed: {_last_line(first.text)}"
+    if outcome == verdict.LISTED_PASSES:
+        return "passes with rtagent: remove it from docs/nova.md"
+    return _last_line((again or first).text)
+
+
+def _last_line(text):
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[-1] if lines else "no failure text")[:240]
+
+
+def report(mode, outcomes, expected):
+    figures = verdict.counts({t: o for t, (o, _) in outcomes.items()}, expected)
+    print(f"{mode}: " + " ".join(f"{k}={v}" for k, v in figures.items()))
+    for test, (outcome, why) in sorted(outcomes.items()):
+        if outcome not in (verdict.PASSED, verdict.WITHOUT_COMPUTE, verdict.LISTED):
+            print(f"  {outcome} {test}: {why}")
+    return figures
+
+
+def check(args):
+    st.prepare(args.workdir)
+    preflight(args.workdir)
+    selected = st.list_ids(args.workdir, args.suites)
+    rec = record.load(args.record)
+    why = record.mismatch(rec, record.environment_key(args.constraints, selected), selected)
+    if why:
+        raise CannotJudge(
+            f"the recorded baseline is not this environment's ({why}): run make nova-baseline"
+        )
+    try:
+        listed = exceptions.read(args.exceptions)
+    except exceptions.ExceptionsError as e:
+        raise CannotJudge(str(e)) from None
+    ids = selected
+    if args.tests:
+        unknown = [t for t in args.tests if t not in rec["tests"]]
+        if unknown:
+            raise CannotJudge(f"not among the selected tests: {unknown[0]}")
+        ids = sorted(args.tests)
+    expected = record.expected(rec, set(ids))
+    stale = [] if args.tests else verdict.stale_exceptions(listed, record.expected(rec))
+    flaky = record.flaky_on_stock(rec)
+    judge = Judge(args.workdir, listed, flaky, args.concurrency)
+    outcomes = judge("inprocess", sorted(expected), expected)
+    figures = report("inprocess", outcomes, expected)
+    bad = [o for o, _ in outcomes.values() if o not in verdict.GOOD]
+    rpc_ids = sorted(t for t in expected if args.rpc_suite and re.search(args.rpc_suite, t))
+    rpc_figures = ""
+    if rpc_ids:
+        rpc_expected = {t: expected[t] for t in rpc_ids}
+        rpc = judge("rpc", rpc_ids, rpc_expected)
+        rpc_counts = report("rpc", rpc, rpc_expected)
+        bad += [o for o, _ in rpc.values() if o not in verdict.GOOD]
+        rpc_figures = " " + " ".join(
+            f"rpc_{k[len('nova_') :]}={rpc_counts[k]}"
+            for k in (
+                "nova_baseline_passed",
+                "nova_with_rtagent_passed",
+                "nova_with_rtagent_failed",
+            )
+        )
+    for test in stale:
+        print(
+            f"  stale_exception {test}: listed in docs/nova.md, "
+            "not a test the baseline expects to pass"
+        )
+    ok = not bad and not stale and figures["nova_with_rtagent_passed"] > 0
     print(
-        f"{name}: nova_baseline_passed={len(passed)} nova_with_rtagent_passed={len(ok & passed)} "
-        f"nova_with_rtagent_failed={len(failed)} listed_exceptions={len(set(failed) & listed)} "
-        f"unlisted_failures={len(unlisted)}"
+        "summary "
+        + " ".join(f"{k}={v}" for k, v in figures.items())
+        + rpc_figures
+        + f" stale_exceptions={len(stale)} {'PASS' if ok else 'FAIL'}"
     )
-    for test in unlisted:
-        print(f"  UNLISTED FAILURE {test} ({with_rtagent.get(test, 'not run')})")
-    for test in fixed:
-        print(f"  listed in docs/nova.md but passes now: {test}")
-    return unlisted, len(passed)
+    return 0 if ok else 1
 
 
-def main():
+def record_baseline(args):
+    """Run the selection on stock nova and write the record."""
+    st.prepare(args.workdir)
+    selected = st.list_ids(args.workdir, args.suites)
+    key = record.environment_key(args.constraints, selected)
+    try:
+        previous = record.load(args.record)
+    except record.RecordError:
+        previous = None
+    print(f"baseline: {len(selected)} tests on stock nova {key['nova']}", flush=True)
+    runner = st.Runner(args.workdir, environment(), "baseline", 330.0)
+    found = runner.run(selected, args.concurrency, 4 * 3600)
+    failed = [t for t, r in found.items() if r.status in ("fail", "hung", "not run")]
+    tests = {t: {"status": r.status, "seconds": round(r.seconds, 1)} for t, r in found.items()}
+    if failed:
+        print(f"baseline: {len(failed)} tests run again, one at a time", flush=True)
+        again = st.Runner(args.workdir, environment(), "baseline-again", 330.0).run(failed, 1, 3600)
+        for test, result in again.items():
+            if result.status == "success":
+                tests[test] = {"status": "flaky", "seconds": round(result.seconds, 1)}
+    record.write(args.record, key, args.suites, tests, previous)
+    statuses = [entry["status"] for entry in tests.values()]
+    passed = sum(s in record.EXPECTED for s in statuses)
+    print(
+        f"summary nova_baseline_selected={len(tests)} nova_baseline_passed={passed} "
+        f"nova_baseline_flaky={statuses.count('flaky')} "
+        f"written={os.path.relpath(args.record, TOP)}"
+    )
+    return 0
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", nargs="?", default="check", choices=("check", "record"))
     parser.add_argument("--workdir", default=os.path.join(TOP, ".nova-tests"))
     parser.add_argument("--suites", default=SUITES, help="regex of test ids")
     parser.add_argument("--rpc-suite", default=RPC_SUITE, help="regex; '' to skip")
+    parser.add_argument("--tests", nargs="+", help="check only these selected test ids")
+    parser.add_argument("--exceptions", default=DOC, help="the document listing the exceptions")
+    parser.add_argument("--record", default=RECORD, help="the recorded baseline")
+    parser.add_argument("--constraints", default=CONSTRAINTS, help="pins of .venv-nova")
     parser.add_argument("--concurrency", type=int, default=2)
-    args = parser.parse_args()
-    prepare(args.workdir)
-    listed = exceptions()
-    baseline = run(args.workdir, args.suites, None, args.concurrency)
-    inprocess = run(args.workdir, args.suites, "inprocess", args.concurrency, listed)
-    bad, ran = compare("inprocess", baseline, inprocess, listed)
-    if args.rpc_suite:
-        rpc_ids = {t for t in baseline if re.search(args.rpc_suite, t)}
-        over_rpc = run(args.workdir, args.rpc_suite, "rpc", args.concurrency, listed)
-        rpc_bad, rpc_ran = compare(
-            "rpc", {t: s for t, s in baseline.items() if t in rpc_ids}, over_rpc, listed
-        )
-        bad += rpc_bad
-        ran = min(ran, rpc_ran)
-    verdict = "PASS" if not bad and ran else "FAIL"
-    print(
-        f"summary nova_baseline_passed={sum(s == 'success' for s in baseline.values())} "
-        f"nova_with_rtagent_passed={sum(s == 'success' for s in inprocess.values())} "
-        f"nova_with_rtagent_failed={sum(s == 'fail' for s in inprocess.values())} "
-        f"unlisted_failures={len(bad)} {verdict}"
-    )
-    return 0 if verdict == "PASS" else 1
+    args = parser.parse_args(argv)
+    try:
+        return check(args) if args.command == "check" else record_baseline(args)
+    except (CannotJudge, record.RecordError) as e:
+        print(f"nova_tests: {e}")
+        return 2
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
 # rtagent in place (make test-nova): nova 34.0.0 pins much of the OpenStack
 # stack, so it does not share .venv. Idempotent; a second run only checks.
 #
+# Every package is pinned by tools/nova-constraints.txt (what the recorded
+# baseline, tools/nova-baseline.json, was measured with; its key holds the
+# file's digest). To move a pin: change the file, make nova-baseline.
+#
 # Two facts of nova's test tree, installed from the wheel:
 # - its fixtures turn SQLAlchemy deprecation warnings into errors, and
 #   SQLAlchemy 2.1 emits some, so it stays below 2.1 here;
@@ -13,6 +17,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 venv=${RTAGENT_NOVA_VENV:-$top/.venv-nova}
 python=${PYTHON:-python3}
+constraints=$top/tools/nova-constraints.txt
 
 # libvirt-python (an rtagent dependency) compiles against libvirt-dev, which
 # tools/setup-env.sh installs; make test-nova runs that first.
@@ -21,14 +26,14 @@ if [ ! -x "$venv/bin/python" ]; then
     echo "setup-nova: creating virtualenv $venv"
     "$python" -m venv "$venv"
 fi
-if [ ! -f "$stamp" ] || [ "$top/pyproject.toml" -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ "$top/pyproject.toml" -nt "$stamp" ] || [ "$constraints" -nt "$stamp" ]; then
     echo "setup-nova: installing nova 34.0.0, its test requirements and rtagent[nova] into $venv"
     "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q \
+    "$venv/bin/pip" install -q -c "$constraints" \
         'nova==34.0.0' 'sqlalchemy<2.1' openstack-placement stestr oslotest fixtures \
         testtools testscenarios testresources ddt gabbi wsgi-intercept requests-mock \
         osprofiler python-barbicanclient pytest hypothesis
-    "$venv/bin/pip" install -q -e "$top[nova]"
+    "$venv/bin/pip" install -q -c "$constraints" -e "$top[nova]"
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     mkdir -p "$site/etc/nova"
     cp "$venv/etc/nova/api-paste.ini" "$site/etc/nova/api-paste.ini"

@@ -71,8 +71,10 @@ def _wrap_test_case(module, mode):
         if type(self).__module__.startswith("nova.tests.functional"):
             from rtagent.nova.testing import RtagentTrackerFixture
 
-            self.useFixture(RtagentTrackerFixture(mode))
+            self.useFixture(RtagentTrackerFixture(mode, test_id=self.id()))
 
+    # What tools/nova_tests.py looks for before a run: the hook is in place.
+    setUp.rtagent_mode = mode
     test_case.setUp = setUp
 
 

@@ -12,8 +12,23 @@ Two ways to the agent, as in production: ``inprocess`` calls the agent's RPC
 endpoint in the process; ``rpc`` serves the agent with an oslo.messaging
 RPC server on a transport of its own (the in-memory ``fake://`` driver, which
 serialises every message as JSON) and calls it with the RPC client.
+
+Proof of injection: with ``RTAGENT_NOVA_PROOF_DIR`` set, the fixture of a
+test writes ``<dir>/<test id>.json`` at its clean-up, counted from
+rtagent's side: the compute managers the test built, the trackers of
+rtagent's that they used, and the agent calls those trackers made and the
+agent answered. ``tools/nova_tests.py`` counts a test that passed without
+such a record (or with a compute manager that rtagent's tracker did not
+serve) as ``not_injected``.
+
+A fault for the harness's own tests: with ``RTAGENT_NOVA_FAULT_ONCE``
+naming a file that does not exist, the first ``instance_claim`` any agent
+is asked for creates that file and is refused with
+``rtagent.injected_fault``; later runs see the file and are not touched.
+This is how a flake that rtagent would cause is made on purpose.
 """
 
+import json
 import os
 import shutil
 import tempfile
@@ -23,8 +38,12 @@ import fixtures
 
 from rtagent.nova import guard, inprocess
 from rtagent.nova import tracker as rt
+from rtagent.nova.link import AgentRefused
 
 MODES = ("inprocess", "rpc")
+PROOF_DIR_ENV = "RTAGENT_NOVA_PROOF_DIR"
+FAULT_ONCE_ENV = "RTAGENT_NOVA_FAULT_ONCE"
+INJECTED_FAULT = "rtagent.injected_fault"
 # The Placement fixture of the running test (set by testhook).
 _placement = {"endpoint": None}
 
@@ -35,23 +54,37 @@ def placement_started(endpoint):
 
 
 class RtagentTrackerFixture(fixtures.Fixture):
-    """:param mode: one of :data:`MODES`."""
+    """:param mode: one of :data:`MODES`.
+    :param test_id: the id of the test it serves, for its proof record.
+    """
 
-    def __init__(self, mode="inprocess"):
+    def __init__(self, mode="inprocess", test_id=None):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
+        self.test_id = test_id
         self._links = {}
         self._mutex = threading.Lock()
+        self.counts = {"compute_managers": 0, "trackers": 0, "agent_calls": 0, "agent_answers": 0}
 
     def _setUp(self):  # noqa: N802 - the fixtures library names it
-        from nova.compute import resource_tracker
+        from nova.compute import manager, resource_tracker
 
+        proof_dir = os.environ.get(PROOF_DIR_ENV)
+        if proof_dir and self.test_id:
+            # Registered first, so it runs last: after every link closed.
+            self.addCleanup(self._write_proof, proof_dir)
         root = tempfile.mkdtemp(prefix="rtagent-nova-")
         self.addCleanup(shutil.rmtree, root, True)
         self._root = root
         self.addCleanup(self._close_all)
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                "nova.compute.manager.ComputeManager.__init__",
+                self._counted_init(manager.ComputeManager.__init__),
+            )
+        )
         nova_tracker = resource_tracker.ResourceTracker
         for name, refused in guard.patches(nova_tracker):
             self.useFixture(fixtures.MockPatchObject(nova_tracker, name, refused))
@@ -60,6 +93,36 @@ class RtagentTrackerFixture(fixtures.Fixture):
                 "nova.compute.resource_tracker.ResourceTracker", rt.tracker_class(self._make_link)
             )
         )
+
+    def _counted_init(self, init):
+        def __init__(manager, *args, **kwargs):  # noqa: N807 - it replaces one
+            with self._mutex:
+                self.counts["compute_managers"] += 1
+            init(manager, *args, **kwargs)
+
+        return __init__
+
+    def _counted(self, call):
+        """``call`` of a link, counted; refused once if a fault is asked for."""
+
+        def counted(method, **args):
+            with self._mutex:
+                self.counts["agent_calls"] += 1
+            if method == "instance_claim":
+                _fault_once(method)
+            result = call(method, **args)
+            with self._mutex:
+                self.counts["agent_answers"] += 1
+            return result
+
+        return counted
+
+    def _write_proof(self, proof_dir):
+        record = dict(self.counts, test=self.test_id, mode=self.mode)
+        path = os.path.join(proof_dir, f"{self.test_id}.json")
+        with open(f"{path}.tmp", "w") as f:
+            json.dump(record, f)
+        os.replace(f"{path}.tmp", path)
 
     def _make_link(self, host, virt_driver, reportclient):
         from nova.conf import CONF
@@ -87,8 +150,10 @@ class RtagentTrackerFixture(fixtures.Fixture):
         )
         if self.mode == "rpc":
             link = _served(link, host)
+        link.call = self._counted(link.call)
         with self._mutex:
             self._links[host] = link
+            self.counts["trackers"] += 1
         return link
 
     def link(self, host):
@@ -101,6 +166,18 @@ class RtagentTrackerFixture(fixtures.Fixture):
             links, self._links = list(self._links.values()), {}
         for link in links:
             link.close()
+
+
+def _fault_once(method):
+    """Refuse ``method`` if :data:`FAULT_ONCE_ENV` names a file not made yet."""
+    marker = os.environ.get(FAULT_ONCE_ENV)
+    if not marker:
+        return
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return
+    raise AgentRefused(method, INJECTED_FAULT, f"a one-time fault asked for by {FAULT_ONCE_ENV}")
 
 
 def _served(local, host):

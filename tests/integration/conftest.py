@@ -45,3 +45,12 @@ def guests(libvirtd, admin):
     """Two tiny TCG guests, running for the whole session."""
     doms = [libvirtd.create_guest(admin, f"g{i}", memory_mib=64 + 32 * i) for i in range(2)]
     yield doms
+
+
+def pytest_collection_modifyitems(items):
+    # Only one real libvirtd can run on a machine (its QEMU driver's lock and
+    # virtlogd's socket are fixed paths): every test that uses it runs on one
+    # pytest-xdist worker, which starts it once.
+    for item in items:
+        if "libvirtd" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("libvirtd"))
