@@ -200,7 +200,7 @@ def _proof(proof_dir, test):
 
 
 def _why(outcome, first, again=None):
-    if outcome in (verdict.PASSED, verdict.WITHOUT_COMPUTE, verdict.LISTED):
+    if outcome in (verdict.PASSED, verdict.TRACKER_UNUSED, verdict.LISTED):
         return ""
     if outcome == verdict.NOT_INJECTED:
         return verdict.injected((again or first).proof)[1]
@@ -220,7 +220,7 @@ def report(mode, outcomes, expected):
     figures = verdict.counts({t: o for t, (o, _) in outcomes.items()}, expected)
     print(f"{mode}: " + " ".join(f"{k}={v}" for k, v in figures.items()))
     for test, (outcome, why) in sorted(outcomes.items()):
-        if outcome not in (verdict.PASSED, verdict.WITHOUT_COMPUTE, verdict.LISTED):
+        if outcome not in (verdict.PASSED, verdict.TRACKER_UNUSED, verdict.LISTED):
             print(f"  {outcome} {test}: {why}")
     return figures
 

@@ -16,7 +16,8 @@ serialises every message as JSON) and calls it with the RPC client.
 Proof of injection: with ``RTAGENT_NOVA_PROOF_DIR`` set, the fixture of a
 test writes ``<dir>/<test id>.json`` at its clean-up, counted from
 rtagent's side: the compute managers the test built, the trackers of
-rtagent's that they used, and the agent calls those trackers made and the
+rtagent's built (one per compute manager, in its ``__init__``), the links
+to an agent they opened, and the agent calls those trackers made and the
 agent answered. ``tools/nova_tests.py`` counts a test that passed without
 such a record (or with a compute manager that rtagent's tracker did not
 serve) as ``not_injected``.
@@ -66,7 +67,13 @@ class RtagentTrackerFixture(fixtures.Fixture):
         self.test_id = test_id
         self._links = {}
         self._mutex = threading.Lock()
-        self.counts = {"compute_managers": 0, "trackers": 0, "agent_calls": 0, "agent_answers": 0}
+        self.counts = {
+            "compute_managers": 0,
+            "trackers": 0,
+            "links": 0,
+            "agent_calls": 0,
+            "agent_answers": 0,
+        }
 
     def _setUp(self):  # noqa: N802 - the fixtures library names it
         from nova.compute import manager, resource_tracker
@@ -90,9 +97,22 @@ class RtagentTrackerFixture(fixtures.Fixture):
             self.useFixture(fixtures.MockPatchObject(nova_tracker, name, refused))
         self.useFixture(
             fixtures.MonkeyPatch(
-                "nova.compute.resource_tracker.ResourceTracker", rt.tracker_class(self._make_link)
+                "nova.compute.resource_tracker.ResourceTracker", self._counted_class()
             )
         )
+
+    def _counted_class(self):
+        """rtagent's tracker class, counting the trackers built from it."""
+        cls = rt.tracker_class(self._make_link)
+        init = cls.__init__
+
+        def __init__(tracker, *args, **kwargs):  # noqa: N807 - it replaces one
+            with self._mutex:
+                self.counts["trackers"] += 1
+            init(tracker, *args, **kwargs)
+
+        cls.__init__ = __init__
+        return cls
 
     def _counted_init(self, init):
         def __init__(manager, *args, **kwargs):  # noqa: N807 - it replaces one
@@ -153,7 +173,7 @@ class RtagentTrackerFixture(fixtures.Fixture):
         link.call = self._counted(link.call)
         with self._mutex:
             self._links[host] = link
-            self.counts["trackers"] += 1
+            self.counts["links"] += 1
         return link
 
     def link(self, host):

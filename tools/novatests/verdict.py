@@ -10,9 +10,10 @@ where a failure is the one docs/nova.md explains, so:
 - a pass counts only with the test's proof record (written by rtagent's
   fixture, :mod:`rtagent.nova.testing`) showing that rtagent's tracker
   served every compute manager the test built; otherwise ``not_injected``.
-  A test that built no compute manager and no tracker (nova's instance and
-  migration listing tests) passes as ``without_compute``: rtagent was in
-  place, but it tests nothing of a tracker, so it is counted apart;
+  A test in which rtagent was in place but no tracker was asked anything
+  (nova's listing tests build no compute manager; a compute service that
+  fails at start-up asks nothing) passes as ``tracker_unused``: it tests
+  nothing of a tracker, so it is counted apart;
 - a listed test must fail, and fail as its entry's signature says; a listed
   test that passes, or fails otherwise, fails the verdict (the list stays
   exact);
@@ -29,7 +30,7 @@ where a failure is the one docs/nova.md explains, so:
 import re
 
 PASSED = "passed"
-WITHOUT_COMPUTE = "without_compute"
+TRACKER_UNUSED = "tracker_unused"
 LISTED = "listed_exception"
 NOT_INJECTED = "not_injected"
 FLAKY = "flaky_with_rtagent"
@@ -40,7 +41,7 @@ LISTED_PASSES = "listed_but_passes"
 FAILS_ON_STOCK = "fails_on_stock_nova"
 
 # Outcomes that let the verdict pass.
-GOOD = frozenset({PASSED, WITHOUT_COMPUTE, LISTED, FLAKY_ON_STOCK})
+GOOD = frozenset({PASSED, TRACKER_UNUSED, LISTED, FLAKY_ON_STOCK})
 # Outcomes counted as failed with rtagent (a pass without proof is not a pass).
 FAILED = frozenset({LISTED, NOT_INJECTED, UNLISTED, OTHER_FAILURE, FAILS_ON_STOCK})
 
@@ -66,18 +67,18 @@ class Attempt:
 
 def injected(proof):
     """(PASSED, '') when a proof record shows rtagent serving the test: each
-    compute manager it built with rtagent's tracker, and answers from the
-    agent; (WITHOUT_COMPUTE, why) when the test built no compute manager
-    and no tracker; (NOT_INJECTED, why) otherwise."""
+    compute manager it built had rtagent's tracker, and the agent answered
+    that tracker's calls; (TRACKER_UNUSED, why) when rtagent's tracker was
+    in place and nothing asked it anything; (NOT_INJECTED, why) otherwise."""
     if proof is None:
         return NOT_INJECTED, "no proof record: rtagent's fixture never ran in this test"
     managers, trackers = proof.get("compute_managers", 0), proof.get("trackers", 0)
-    if managers == 0 and trackers == 0:
-        return WITHOUT_COMPUTE, "the test built no compute manager: it tests no tracker"
     if trackers < managers:
         return NOT_INJECTED, f"{managers} compute managers but {trackers} trackers of rtagent's"
+    if proof.get("agent_calls", 0) == 0:
+        return TRACKER_UNUSED, f"{managers} compute managers, no call to rtagent's tracker"
     if proof.get("agent_answers", 0) == 0:
-        return NOT_INJECTED, "the agent answered no call"
+        return NOT_INJECTED, "the agent answered none of the tracker's calls"
     return PASSED, ""
 
 
@@ -138,7 +139,7 @@ def counts(outcomes, expected):
     return {
         "nova_baseline_passed": len(expected),
         "nova_with_rtagent_passed": sum(v in (PASSED, FLAKY_ON_STOCK) for v in values),
-        "nova_without_compute": values.count(WITHOUT_COMPUTE),
+        "nova_tracker_unused": values.count(TRACKER_UNUSED),
         "nova_with_rtagent_failed": sum(v in FAILED for v in values),
         "nova_listed_exceptions": values.count(LISTED),
         "nova_unlisted_failures": sum(v in (UNLISTED, OTHER_FAILURE) for v in values),

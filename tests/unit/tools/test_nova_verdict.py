@@ -23,7 +23,9 @@ def fail(text="Traceback...\nnova.exception.NoValidHost: No valid host was found
         (ok(), None, v.PASSED),
         (ok(proof=None), None, v.NOT_INJECTED),
         (ok(proof=dict(PROOF, trackers=1)), None, v.NOT_INJECTED),
-        (ok(proof=dict(PROOF, compute_managers=0, trackers=0)), None, v.WITHOUT_COMPUTE),
+        (ok(proof=dict(PROOF, trackers=0, agent_calls=0, agent_answers=0)), None, v.NOT_INJECTED),
+        (ok(proof=dict(PROOF, agent_calls=0, agent_answers=0)), None, v.TRACKER_UNUSED),
+        (ok(proof=dict(PROOF, compute_managers=0, trackers=0, agent_calls=0)), None, v.TRACKER_UNUSED),
         (ok(proof=dict(PROOF, compute_managers=0, trackers=1)), None, v.PASSED),
         (ok(proof=dict(PROOF, agent_answers=0)), None, v.NOT_INJECTED),
         (fail(), None, None),  # run again
@@ -87,11 +89,11 @@ def test_the_figures_add_up_to_the_baseline():
         "h": v.OTHER_FAILURE,
         "i": v.LISTED_PASSES,
         "j": v.FAILS_ON_STOCK,
-        "k": v.WITHOUT_COMPUTE,
+        "k": v.TRACKER_UNUSED,
     }
     figures = v.counts(outcomes, expected=set(outcomes))
     assert figures["nova_baseline_passed"] == 11
-    assert figures["nova_without_compute"] == 1
+    assert figures["nova_tracker_unused"] == 1
     assert figures["nova_with_rtagent_passed"] == 3
     assert figures["nova_with_rtagent_failed"] == 5
     assert figures["nova_not_injected"] == 1
@@ -99,7 +101,7 @@ def test_the_figures_add_up_to_the_baseline():
     assert figures["nova_unlisted_failures"] == 2
     assert (
         figures["nova_with_rtagent_passed"]
-        + figures["nova_without_compute"]
+        + figures["nova_tracker_unused"]
         + figures["nova_with_rtagent_failed"]
         + figures["nova_flaky_with_rtagent"]
         + figures["nova_listed_but_passes"]
