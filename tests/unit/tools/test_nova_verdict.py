@@ -7,6 +7,7 @@ from tools.novatests import verdict as v
 
 PROOF = {"compute_managers": 2, "trackers": 2, "agent_calls": 40, "agent_answers": 40}
 SIG = v.compile_signature(r"NoValidHost")
+UNUSED = v.TRACKER_UNUSED
 
 
 def ok(proof=PROOF):
@@ -25,7 +26,7 @@ def fail(text="Traceback...\nnova.exception.NoValidHost: No valid host was found
         (ok(proof=dict(PROOF, trackers=1)), None, v.NOT_INJECTED),
         (ok(proof=dict(PROOF, trackers=0, agent_calls=0, agent_answers=0)), None, v.NOT_INJECTED),
         (ok(proof=dict(PROOF, agent_calls=0, agent_answers=0)), None, v.TRACKER_UNUSED),
-        (ok(proof=dict(PROOF, compute_managers=0, trackers=0, agent_calls=0)), None, v.TRACKER_UNUSED),
+        (ok(proof=dict(PROOF, compute_managers=0, trackers=0, agent_calls=0)), None, UNUSED),
         (ok(proof=dict(PROOF, compute_managers=0, trackers=1)), None, v.PASSED),
         (ok(proof=dict(PROOF, agent_answers=0)), None, v.NOT_INJECTED),
         (fail(), None, None),  # run again
