@@ -4,7 +4,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
-# make test's pytest workers (pytest-xdist); 0 runs in this process.
+# make test's pytest workers (pytest-xdist), each taking whole files; 0 runs
+# them in this process. The tests of the real libvirtd run after, in one.
 TEST_WORKERS ?= 2
 
 NOVA_VENV ?= .venv-nova
@@ -20,7 +21,8 @@ demo: venv
 	$(PY) tools/demo.py
 
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) --ignore=tests/nova tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not real_libvirtd" $(PYTEST_ARGS) --ignore=tests/nova tests
+	$(PY) -m pytest -q -m real_libvirtd $(PYTEST_ARGS) --ignore=tests/nova tests
 
 # nova 34.0.0's own functional tests with rtagent as the resource tracker
 # (tools/nova_tests.py; docs/nova.md), in their own virtualenv, after the

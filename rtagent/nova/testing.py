@@ -130,12 +130,19 @@ class RtagentTrackerFixture(fixtures.Fixture):
                 self.counts["agent_calls"] += 1
             if method == "instance_claim":
                 _fault_once(method)
-            result = call(method, **args)
-            with self._mutex:
-                self.counts["agent_answers"] += 1
+            try:
+                result = call(method, **args)
+            except AgentRefused:
+                self._answered()  # an error envelope is an answer too
+                raise
+            self._answered()
             return result
 
         return counted
+
+    def _answered(self):
+        with self._mutex:
+            self.counts["agent_answers"] += 1
 
     def _write_proof(self, proof_dir):
         record = dict(self.counts, test=self.test_id, mode=self.mode)

@@ -25,6 +25,9 @@ import pytest
 from tests.functional.conftest import ROOT
 from tests.requirements import require
 
+# python -m build writes rtagent.egg-info and a staging directory into the
+# checkout, so the module's builds must not run side by side: make test's
+# workers take whole files (--dist loadfile).
 pytestmark = pytest.mark.functional
 try:
     import build  # noqa: F401 - python -m build runs it
