@@ -169,7 +169,6 @@ class Judge:
                 stock[test] = verdict.Attempt(result.status, result.text)
         for test in open_:
             outcome = verdict.after_rerun(
-                first[test],
                 again[test],
                 signatures.get(test),
                 test in self.flaky_on_stock,

@@ -19,7 +19,7 @@ import sysconfig
 
 import pytest
 
-from tools.novatests import exceptions, record
+from tools.novatests import exceptions, record, stestr
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(TOP, "tools", "nova_tests.py")
@@ -58,16 +58,7 @@ def nova_env_without(tmp_path, *left_out):
     subprocess.run(
         [sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
     )
-    own = subprocess.run(
-        [
-            str(venv / "bin" / "python"),
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    own = stestr.purelib(str(venv / "bin" / "python"))
     with open(os.path.join(own, "nova_site.pth"), "w") as f:
         f.write(f"import site; site.addsitedir({str(mirror)!r})\n")
     return str(venv / "bin" / "python")

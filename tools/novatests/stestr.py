@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 
 POLL = 5
@@ -32,15 +31,20 @@ class Result:
         return f"Result({self.status!r}, {self.seconds:.1f}s)"
 
 
-def prepare(workdir, python=sys.executable):
-    """An stestr directory whose tests are nova's installed functional tests."""
-    os.makedirs(workdir, exist_ok=True)
-    site = subprocess.run(
+def purelib(python):
+    """The site-packages directory of the interpreter ``python``."""
+    return subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.strip()
+
+
+def prepare(workdir, python=sys.executable):
+    """An stestr directory whose tests are nova's installed functional tests."""
+    os.makedirs(workdir, exist_ok=True)
+    site = purelib(python)
     with open(os.path.join(workdir, ".stestr.conf"), "w") as f:
         f.write(f"[DEFAULT]\ntest_path={site}/nova/tests/functional\ntop_dir={site}\n")
     if not os.path.isdir(os.path.join(workdir, ".stestr")):
@@ -172,7 +176,3 @@ def results(stream):
     subunit.ByteStreamToStreamResult(io.BytesIO(stream)).run(result)
     result.stopTestRun()
     return found
-
-
-def site_packages():
-    return sysconfig.get_paths()["purelib"]

@@ -89,17 +89,22 @@ def first_pass(attempt, signature):
         or None for a test not listed.
     """
     if signature is not None:
-        if attempt.passed:
-            return LISTED_PASSES
-        if attempt.status == "fail" and signature.search(attempt.text):
-            return LISTED
-        return None
+        return _as_listed(attempt, signature)
     if attempt.passed:
         return injected(attempt.proof)[0]
     return None
 
 
-def after_rerun(first, again, signature, flaky_on_stock, stock=None):
+def _as_listed(attempt, signature):
+    """A listed test's outcome: it must fail as its signature says."""
+    if attempt.passed:
+        return LISTED_PASSES
+    if attempt.status == "fail" and signature.search(attempt.text):
+        return LISTED
+    return None
+
+
+def after_rerun(again, signature, flaky_on_stock, stock=None):
     """The outcome of a test whose first attempt :func:`first_pass` left open.
 
     :param again: the second attempt with rtagent.
@@ -108,11 +113,7 @@ def after_rerun(first, again, signature, flaky_on_stock, stock=None):
         with rtagent failed and the test is not listed.
     """
     if signature is not None:
-        if again.passed:
-            return LISTED_PASSES
-        if again.status == "fail" and signature.search(again.text):
-            return LISTED
-        return OTHER_FAILURE
+        return _as_listed(again, signature) or OTHER_FAILURE
     if again.passed:
         if injected(again.proof)[0] == NOT_INJECTED:
             return NOT_INJECTED
