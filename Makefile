@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 
 NOVA_VENV ?= .venv-nova
 
-.PHONY: all venv nova-venv demo test test-nova nova-baseline unit functional lint format genconfig check-genconfig bench bench-fleet soak clean
+.PHONY: all venv nova-venv demo test test-nova test-nova-integration test-nova-suites nova-baseline unit functional lint format genconfig check-genconfig bench bench-fleet soak clean
 
 all: test
 
@@ -30,8 +30,14 @@ test: venv
 nova-venv: venv
 	@RTAGENT_NOVA_VENV=$(NOVA_VENV) tools/setup-nova-env.sh
 
-test-nova: nova-venv
+test-nova: test-nova-integration test-nova-suites
+
+# The two halves of make test-nova: the integration's own tests (tests/nova)
+# and nova's suites with rtagent (tools/nova_tests.py).
+test-nova-integration: nova-venv
 	$(NOVA_VENV)/bin/python -m pytest -q $(PYTEST_ARGS) tests/nova
+
+test-nova-suites: nova-venv
 	$(NOVA_VENV)/bin/python tools/nova_tests.py
 
 # Stock nova's results for the suites make test-nova selects, recorded in
