@@ -89,7 +89,7 @@ class RtagentTrackerFixture(fixtures.Fixture):
         self.useFixture(
             fixtures.MonkeyPatch(
                 "nova.compute.manager.ComputeManager.__init__",
-                self._counted_init(manager.ComputeManager.__init__),
+                self._counted_init(manager.ComputeManager.__init__, "compute_managers"),
             )
         )
         nova_tracker = resource_tracker.ResourceTracker
@@ -104,21 +104,16 @@ class RtagentTrackerFixture(fixtures.Fixture):
     def _counted_class(self):
         """rtagent's tracker class, counting the trackers built from it."""
         cls = rt.tracker_class(self._make_link)
-        init = cls.__init__
-
-        def __init__(tracker, *args, **kwargs):  # noqa: N807 - it replaces one
-            with self._mutex:
-                self.counts["trackers"] += 1
-            init(tracker, *args, **kwargs)
-
-        cls.__init__ = __init__
+        cls.__init__ = self._counted_init(cls.__init__, "trackers")
         return cls
 
-    def _counted_init(self, init):
-        def __init__(manager, *args, **kwargs):  # noqa: N807 - it replaces one
+    def _counted_init(self, init, key):
+        """``init``, counting in ``counts[key]`` the objects it builds."""
+
+        def __init__(obj, *args, **kwargs):  # noqa: N807 - it replaces one
             with self._mutex:
-                self.counts["compute_managers"] += 1
-            init(manager, *args, **kwargs)
+                self.counts[key] += 1
+            init(obj, *args, **kwargs)
 
         return __init__
 
