@@ -69,6 +69,17 @@ without them (``--reread-every-tick`` makes it MISS too):
 
     pci_providers=16 instances=8 reads_per_tick=R writes_per_tick=W placement_cpu_ms=T
 
+Prompt syncs (``rtagent.placement.prompt``): BURST_CLAIMS claims, their
+allocations written first as a scheduler does, arrive evenly over one
+second through the RPC endpoint wired as the daemon wires it; the syncs
+they cause are counted once the last one ran. Target: at most
+MAX_BURST_SYNCS (coalescing), at least one, and Placement right after
+them. The baseline, same run: the same burst with gathering and spacing
+off (a sync per change), printed beside it. ``--no-coalescing`` runs the
+measured burst that way too and must MISS:
+
+    burst_claims=100 burst_seconds=S syncs=N uncoalesced_syncs=U requests=R
+
 VOID: a Placement CPU figure of zero (nothing measured) or a steady tick
 that is not steady. ``nova_reference`` lines are nova 34.0.0's figures for
 the same data: measured (N = 0, 10, 100) with nova's own functional
@@ -94,9 +105,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common.verdict import run as run_benchmark
 from rtagent import builder
 from rtagent import conf as rtconf
-from rtagent.placement import allocations
+from rtagent.placement import prompt
 from rtagent.placement.client import PlacementClient, RequestObserver
+from rtagent.placement.passes import unknown as unknown_pass
 from rtagent.placement.standalone import claim_standalone
+from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.tracker.model import Flavor
 
@@ -116,6 +129,9 @@ MAX_CPU_RATIO = 1.5
 MAX_DELETE_CPU_RATIO = 3.0
 PCI_DEVICES = 16
 PCI_CLAIMS = 8
+BURST_CLAIMS = 100
+BURST_SECONDS = 1.0
+MAX_BURST_SYNCS = 3
 # nova 34.0.0, issue 6: measured with nova's functional harness at these N.
 NOVA_MEASURED = (0, 10, 100)
 
@@ -356,6 +372,53 @@ def measure_pci(controls):
         "writes_per_tick": writes(requests) / TICKS,
         "steady_cpu": statistics.median(s for _, s in steady),
     }
+
+
+def measure_burst(coalesce=True):
+    """BURST_CLAIMS claims over BURST_SECONDS through the endpoint, with the
+    prompt sync as the daemon runs it (or, ``coalesce`` false, a sync per
+    change). :returns: {syncs, seconds, requests}."""
+    instances = [str(uuid.uuid4()) for _ in range(BURST_CLAIMS)]
+    with tempfile.TemporaryDirectory(prefix="rtagent-bench-burst-") as workdir:
+        path = os.path.join(workdir, "host.xml")
+        with open(path, "w") as f:
+            f.write(host_xml([]))
+        with PlacementServer() as placement:
+            api = placement.admin_adapter()
+            counter = Counter()
+            agent = builder.build_agent(
+                make_conf(workdir, f"test://{path}"), adapter=api, observer=counter
+            )
+            spacing = {} if coalesce else {"gather": 0.0, "spacing": 0.0}
+            soon = prompt.PromptSync(agent.sync_changed, **spacing)
+            endpoint = AgentEndpoint(agent, "bench", "192.0.2.1", on_change=soon.request)
+            try:
+                agent.audit()
+                node = agent.tracker.node_uuid
+                schedule(api, node, instances)
+                counter.take()
+                soon.start()
+                started = time.monotonic()
+                for i, inst in enumerate(instances):
+                    due = started + BURST_SECONDS * i / BURST_CLAIMS
+                    time.sleep(max(0.0, due - time.monotonic()))
+                    reply = endpoint.instance_claim(
+                        {}, instance_uuid=inst, flavor={"vcpus": 1, "memory_mb": 16}
+                    )
+                    assert reply["ok"], reply
+                seconds = time.monotonic() - started
+                # Every sync still due runs within one spacing and one sync.
+                deadline = time.monotonic() + 30
+                while not soon.idle() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert soon.idle(), "the prompt sync did not settle within 30 s"
+                usages = api.get(f"/resource_providers/{node}/usages").json()["usages"]
+                assert usages["VCPU"] == BURST_CLAIMS, f"usages {usages}"
+                assert soon.failures == 0, "a prompt sync failed"
+            finally:
+                soon.stop()
+                agent.close()
+    return {"syncs": soon.syncs, "seconds": seconds, "requests": len(counter.take())}
 
 
 def refresh(workdir, path, placement, controls):
@@ -610,6 +673,11 @@ def parse_args(argv):
         help="the restarted agent's placement_refresh_interval; 0 is the negative "
         "control (every audit reads: must MISS)",
     )
+    parser.add_argument(
+        "--no-coalescing",
+        action="store_true",
+        help="negative control: the measured burst syncs once per change (must MISS)",
+    )
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     return parser.parse_args(argv)
 
@@ -618,8 +686,8 @@ def main(argv=None):
     controls = parse_args(argv)
     if controls.read_all_allocations:
         # The index reading in full every time it is asked, as before issue 12.
-        unknown = allocations.AllocationIndex.unknown
-        allocations.AllocationIndex.unknown = lambda self, g, m, full=False: unknown(
+        unknown = unknown_pass.AllocationIndex.unknown
+        unknown_pass.AllocationIndex.unknown = lambda self, g, m, full=False: unknown(
             self, g, m, full=True
         )
     sizes = [int(s) for s in controls.sizes.split(",")]
@@ -651,6 +719,24 @@ def main(argv=None):
             missed.append("reads_per_tick@pci")
         if pci["writes_per_tick"] != 0:
             missed.append("writes_per_tick@pci")
+    try:
+        burst = measure_burst(coalesce=not controls.no_coalescing)
+        baseline = measure_burst(coalesce=False)
+    except AssertionError as exc:
+        print(f"burst_claims={BURST_CLAIMS} void_reason={'_'.join(str(exc).split())[:80]}")
+        void.append("scenario@burst")
+    else:
+        print(
+            f"burst_claims={BURST_CLAIMS} burst_seconds={burst['seconds']:.2f} "
+            f"syncs={burst['syncs']} uncoalesced_syncs={baseline['syncs']} "
+            f"requests={burst['requests']} uncoalesced_requests={baseline['requests']}"
+        )
+        if burst["seconds"] > 2 * BURST_SECONDS or baseline["syncs"] <= MAX_BURST_SYNCS:
+            # Claims that took twice their second, or a baseline that did not
+            # sync per change: the burst was not the one meant.
+            void.append("burst_not_a_burst")
+        elif not 1 <= burst["syncs"] <= MAX_BURST_SYNCS:
+            missed.append("syncs@burst")
     print_nova_reference()
 
     def worst(key):

@@ -11,7 +11,14 @@ tracker lock free of I/O:
 5. ``tracker.set_placement_ratios``  lock held: memory and one local write;
 6. healing of released consumers     Placement calls, no lock held.
 
-Steps 4 to 6 are one node's :class:`~rtagent.publisher.NodePublisher`.
+Steps 4 to 6 are one node's :class:`~rtagent.placement.publisher.NodePublisher`.
+
+Between audits, :meth:`Agent.sync_changed` runs steps 3 to 6 alone for
+nodes whose accounting changed (the prompt sync,
+:mod:`rtagent.placement.prompt`): the tree comes from the tracker's
+snapshot and the last host reading's driver traits, so no hypervisor call
+is made. The audit's publishing and the prompt sync's are serialised by
+one mutex of their own; claims never take it.
 """
 
 import dataclasses
@@ -20,6 +27,7 @@ import threading
 import time
 
 from rtagent import exception
+from rtagent.placement import errors as placement_errors
 from rtagent.placement import pci as pci_providers
 from rtagent.placement import standalone
 from rtagent.placement.desired import desired_tree
@@ -52,7 +60,7 @@ class Agent:
     :param driver: the host driver (:class:`rtagent.virt.driver.HostDriver`).
     :param nodes: a :class:`rtagent.tracker.nodes.NodeSet`.
     :param make_publisher: callable(node_uuid) -> a new
-        :class:`~rtagent.publisher.NodePublisher` for that node.
+        :class:`~rtagent.placement.publisher.NodePublisher` for that node.
     :param store: the state store, closed with the agent (``store``: health
         checks read its ``write_failure``).
     :param client: the PlacementClient, for standalone claims.
@@ -86,6 +94,13 @@ class Agent:
         # threads (signals, RPC, HTTP status) only read under this mutex, or
         # leave requests that the next audit applies in its own thread.
         self._mutex = threading.Lock()
+        # One publishing thread at a time (the audit's, the prompt sync's):
+        # a node's sync and passes keep state between runs. Held across
+        # Placement calls, so only publishers ever take it.
+        self._publishing = threading.Lock()
+        # node UUID -> the traits its driver reported at the last reading,
+        # for trees built between readings.
+        self._driver_traits = {}
         self._pending_invalidate = False
         self._pending_config_location = None
 
@@ -120,7 +135,8 @@ class Agent:
             local accounting is up to date and a later tick retries.
         """
         started = self._clock()
-        self._apply_requests()
+        with self._publishing:
+            self._apply_requests()
         try:
             views = self.driver.read_nodes()
         except HypervisorUnavailable as exc:
@@ -129,38 +145,87 @@ class Agent:
             for tracker in self.nodes.trackers():
                 tracker.mark_host_unavailable(exc)
             raise
-        results, errors = {}, []
-        for tracker, snapshot, desired, pci in self._desired(views):
-            try:
-                if isinstance(desired, exception.RtagentError):
-                    # Not synced, and health and status must say why.
-                    self.publisher(snapshot.node_uuid).backoff.record_failure(desired)
-                    raise desired
-                outcome = self.publisher(snapshot.node_uuid).publish(
-                    tracker, desired, held=pci.held, drop=pci.drop
-                )
-            except exception.RtagentError as exc:
-                LOG.warning("Sync of node %s failed: %s", snapshot.node_uuid, exc)
-                errors.append(exc)
-                outcome = exc
-            results[snapshot.node_uuid] = (snapshot, outcome)
-        with self._mutex:
-            for gone in self.nodes.removed:
-                self._publishers.pop(gone, None)
+        read = self._read(views)
+        with self._publishing:
+            results, errors = self._publish(self._desired(read))
+            with self._mutex:
+                for gone in self.nodes.removed:
+                    self._publishers.pop(gone, None)
+                    self._driver_traits.pop(gone, None)
         if errors:
             raise errors[0]
         primary = results.get(self.nodes.primary_uuid) or next(iter(results.values()))
         return AuditResult(primary[0], primary[1], self._clock() - started, results)
 
-    def _desired(self, views):
-        """(tracker, snapshot, desired tree, PCI report) per node, configs
-        merged in. A node whose PCI devices cannot be reported has its
-        error in place of its tree: its sync stops until the spec is fixed
-        (nova's periodic fails the same way), the other nodes go on."""
-        managed = self.driver.managed_traits
-        pending = []
+    def sync_changed(self, node_uuids=None):
+        """Sync the nodes in ``node_uuids`` (every node if None) from their
+        trackers' state now, without reading the host: the prompt sync of
+        a local change. Nodes not audited yet are left to their first
+        audit. A node's failure is logged and backs its sync off, as at an
+        audit; nothing is raised for it.
+
+        :returns: node UUID -> (snapshot, sync result or the error).
+        """
+        with self._publishing:
+            published = [
+                (t, t.snapshot())
+                for t, _ in self._published()
+                if t.node_uuid in self._driver_traits
+            ]
+            pending = [
+                entry
+                for entry in self._desired(published)
+                if node_uuids is None or entry[1].node_uuid in node_uuids
+            ]
+            results, _ = self._publish(pending, quiet_backoff=True)
+        return results
+
+    def _read(self, views):
+        """Hand each node its reading. :returns: [(tracker, snapshot)]."""
+        read = []
         for tracker, view in self.nodes.assign(views):
             snapshot = tracker.update_host(view)
+            with self._mutex:
+                self._driver_traits[snapshot.node_uuid] = getattr(view, "traits", frozenset())
+            read.append((tracker, snapshot))
+        return read
+
+    def _publish(self, pending, quiet_backoff=False):
+        """Publish each node of ``pending`` (see :meth:`_desired`); a failing
+        node does not stop the others. :returns: (node UUID -> (snapshot,
+        outcome), errors)."""
+        results, errors = {}, []
+        for tracker, snapshot, desired, pci in pending:
+            publisher = self.publisher(snapshot.node_uuid)
+            try:
+                if isinstance(desired, exception.RtagentError):
+                    # Not synced, and health and status must say why.
+                    publisher.backoff.record_failure(desired)
+                    raise desired
+                outcome = publisher.publish(tracker, desired, held=pci.held, drop=pci.drop)
+            except placement_errors.SyncBackingOff as exc:
+                # A prompt sync leaves a backing-off node to its retry, which
+                # the audit loop runs when it is due.
+                log = LOG.debug if quiet_backoff else LOG.warning
+                log("Sync of node %s failed: %s", snapshot.node_uuid, exc)
+                errors.append(exc)
+                outcome = exc
+            except exception.RtagentError as exc:
+                LOG.warning("Sync of node %s failed: %s", snapshot.node_uuid, exc)
+                errors.append(exc)
+                outcome = exc
+            results[snapshot.node_uuid] = (snapshot, outcome)
+        return results, errors
+
+    def _desired(self, read):
+        """(tracker, snapshot, desired tree, PCI report) per node of
+        ``read`` ([(tracker, snapshot)]), configs merged in. A node whose
+        PCI devices cannot be reported has its error in place of its tree:
+        its sync stops until the spec is fixed (nova's periodic fails the
+        same way), the other nodes go on."""
+        managed = self.driver.managed_traits
+        pending = []
+        for tracker, snapshot in read:
             try:
                 pci = pci_providers.report(snapshot, self.pci_in_placement)
             except exception.RtagentError as exc:
@@ -169,7 +234,7 @@ class Agent:
             desired = desired_tree(
                 snapshot,
                 children=pci.layout.providers,
-                driver_traits=getattr(view, "traits", frozenset()),
+                driver_traits=self._driver_traits.get(snapshot.node_uuid, frozenset()),
                 managed_traits=managed,
             )
             pending.append((tracker, snapshot, desired, pci))
@@ -184,11 +249,13 @@ class Agent:
         desired tree and the operations a sync would send. Reads Placement,
         writes nothing there. :returns: list of (snapshot, desired, ops)."""
         planned = []
-        for _tracker, snapshot, desired, _pci in self._desired(self.driver.read_nodes()):
-            if isinstance(desired, exception.RtagentError):
-                raise desired
-            ops = self.publisher(snapshot.node_uuid).sync.plan(desired)
-            planned.append((snapshot, desired, ops))
+        read = self._read(self.driver.read_nodes())
+        with self._publishing:
+            for _tracker, snapshot, desired, _pci in self._desired(read):
+                if isinstance(desired, exception.RtagentError):
+                    raise desired
+                ops = self.publisher(snapshot.node_uuid).sync.plan(desired)
+                planned.append((snapshot, desired, ops))
         return planned
 
     def invalidate_placement_cache(self):
@@ -273,7 +340,8 @@ class Agent:
         held by consumers this agent does not know; reported (log, status,
         metrics), never deleted. :returns: {consumer: allocations}."""
         node_uuid = node_uuid or self.nodes.primary_uuid
-        return self.publisher(node_uuid).report_unknown(self.nodes.get(node_uuid))
+        with self._publishing:
+            return self.publisher(node_uuid).report_unknown(self.nodes.get(node_uuid))
 
     def unknown_consumers(self):
         """node UUID -> {consumer: allocations} as last reported, less the

@@ -15,13 +15,13 @@ from rtagent.conf import default as default_conf
 from rtagent.conf import pci as pci_conf
 from rtagent.conf import placement as placement_conf
 from rtagent.placement import provider_config
-from rtagent.placement.allocations import HealBudget
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.checkpoint import MetaRecord
 from rtagent.placement.client import MICROVERSION, PlacementClient
+from rtagent.placement.passes.heal import HealBudget
+from rtagent.placement.publisher import NodePublisher
 from rtagent.placement.retry import RetryPolicy
 from rtagent.placement.sync import ProviderSync, RememberedChildren
-from rtagent.publisher import NodePublisher
 from rtagent.resources import DISK_GB, MEMORY_MB, VCPU, frozen_map
 from rtagent.tracker import identity
 from rtagent.tracker.ledger import ResourcePolicy

@@ -25,6 +25,7 @@ import time
 from rtagent import exception
 from rtagent.periodic import PeriodicLoop
 from rtagent.placement import errors as placement_errors
+from rtagent.placement import prompt
 from rtagent.rpc import status as statusmod
 from rtagent.rpc.starter import RPCStarter
 from rtagent.wakeup import Wakeup
@@ -107,9 +108,14 @@ class Daemon:
             if make_rpc is not None
             else None
         )
+        # Local changes reach Placement within a second, not at the next
+        # audit (see rtagent.placement.prompt).
+        self.prompt = prompt.PromptSync(agent.sync_changed)
         self.loop = PeriodicLoop(
             self._tick,
             conf.rtagent.audit_interval,
+            # A burst of host events costs one audit, run within a second.
+            debounce=prompt.SPACING_S,
             jitter=conf.daemon.audit_jitter,
             rng=rng,
             trigger=trigger,
@@ -379,6 +385,7 @@ class Daemon:
     # -- RPC ---------------------------------------------------------------
 
     def _start_serving(self):
+        self.prompt.start()
         if self._rpc is not None and not self._start_rpc():
             return
         if self.publisher is not None:
@@ -390,7 +397,7 @@ class Daemon:
         is serving."""
         endpoint = self._make_endpoint(
             on_call=self.metrics.record_rpc,
-            on_change=self.publisher.poke if self.publisher is not None else None,
+            on_change=self._changed,
             status_of=lambda tracker: statusmod.node_status(
                 tracker.snapshot(), self.node_sync(tracker.node_uuid)
             ),
@@ -408,6 +415,13 @@ class Daemon:
             while not self._stop.is_set() and starter.retry_in():
                 self._idle(min(1.0, starter.retry_in()))
         return False
+
+    def _changed(self, node_uuid):
+        """An RPC call changed ``node_uuid``'s accounting: tell Placement
+        and the message bus soon. Never blocks."""
+        self.prompt.request(node_uuid)
+        if self.publisher is not None:
+            self.publisher.poke(node_uuid)
 
     # -- what signals ask for ------------------------------------------------
 
@@ -461,6 +475,8 @@ class Daemon:
         self.loop.stop()
         if self._loop_thread is not None:
             self._join(self._loop_thread, deadline - self._clock())
+        # Stopped before the final flush, which syncs every node once more.
+        self.prompt.stop(timeout=max(0.1, min(5.0, deadline - self._clock())))
         if self.publisher is not None:
             # Stopped before the final flush publishes once more: the
             # publisher's state is not shared between two threads.

@@ -44,10 +44,11 @@ import traceback
 
 from oslo_concurrency import lockutils
 
-from rtagent import builder, publisher
+from rtagent import builder
 from rtagent import conf as rtconf
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.errors import AllocationRefused, PlacementError
+from rtagent.placement.passes import heal
 from rtagent.testing.placement_server import admin_adapter
 from rtagent.tracker.errors import ComputeResourcesUnavailable
 from rtagent.tracker.model import Flavor
@@ -116,7 +117,7 @@ def child(conn, workdir, endpoint, control=None):
     """Restart the agent, settle, report; then drive until killed.
     ``control`` ``"skip-healing"``: no allocation healing (a negative control)."""
     if control == "skip-healing":
-        publisher.NodePublisher._heal = lambda self, tracker, desired: None
+        heal.HealPass.run = lambda self, node: node
     logging.basicConfig(
         filename=os.path.join(workdir, "agent.log"),
         level=logging.WARNING,

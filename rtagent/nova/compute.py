@@ -11,7 +11,9 @@ after two changes made before nova builds its ComputeManager:
   whose link is an RPC client of the rtagent daemon on the same host;
 - nova's own ResourceTracker is guarded (:mod:`.guard`): constructing or
   calling it raises, so nothing in the process can do accounting or
-  Placement reporting behind the agent's back.
+  Placement reporting behind the agent's back;
+- a service enabled or disabled reaches the agent (:mod:`.virtapi`), not
+  nova's report client.
 
 nova.conf gains one group, ``[rtagent]``:
 
@@ -134,9 +136,9 @@ class DaemonLinks:
 def install(make_link):
     """Put rtagent's tracker in place of nova's, for this process, and guard
     nova's own. Returns the tracker class installed."""
-    from nova.compute import resource_tracker
+    from nova.compute import manager, resource_tracker
 
-    from rtagent.nova import guard
+    from rtagent.nova import guard, virtapi
     from rtagent.nova import tracker as rt
 
     nova_tracker = resource_tracker.ResourceTracker
@@ -144,6 +146,8 @@ def install(make_link):
         return nova_tracker
     for name, refused in guard.patches(nova_tracker):
         setattr(nova_tracker, name, refused)
+    for name, routed in virtapi.patches(manager.ComputeVirtAPI):
+        setattr(manager.ComputeVirtAPI, name, routed)
     installed = rt.tracker_class(make_link)
     resource_tracker.ResourceTracker = installed
     return installed

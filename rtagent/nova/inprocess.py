@@ -13,6 +13,7 @@ from rtagent import conf as rtconf
 from rtagent.nova import numa
 from rtagent.nova.hostdriver import NovaHostDriver
 from rtagent.nova.link import LocalLink
+from rtagent.placement import prompt
 from rtagent.rpc.endpoint import AgentEndpoint
 
 LOG = logging.getLogger(__name__)
@@ -90,5 +91,9 @@ def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_
         adapter=adapter,
         node_uuid=views[0].node_uuid if views else None,
     )
-    endpoint = AgentEndpoint(agent, host, conf.my_ip)
-    return LocalLink(agent, endpoint, conf.my_ip)
+    # Placement right within a second of a change, as under the daemon:
+    # nova's periodic audit comes only once a minute.
+    soon = prompt.PromptSync(agent.sync_changed)
+    endpoint = AgentEndpoint(agent, host, conf.my_ip, on_change=soon.request)
+    soon.start()
+    return LocalLink(agent, endpoint, conf.my_ip, prompt=soon)

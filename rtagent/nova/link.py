@@ -44,12 +44,16 @@ class LocalLink:
 
     :param agent: the :class:`rtagent.agent.Agent`.
     :param endpoint: an :class:`rtagent.rpc.endpoint.AgentEndpoint` over it.
+    :param prompt: the agent's running
+        :class:`~rtagent.placement.prompt.PromptSync` (stopped on close),
+        or None.
     """
 
-    def __init__(self, agent, endpoint, host_ip):
+    def __init__(self, agent, endpoint, host_ip, prompt=None):
         self.agent = agent
         self.agent_host_ip = host_ip
         self._endpoint = endpoint
+        self.prompt = prompt
 
     def call(self, method, **args):
         return unwrap(method, getattr(self._endpoint, method)({}, **args))
@@ -67,6 +71,8 @@ class LocalLink:
         self.agent.audit()
 
     def close(self):
+        if self.prompt is not None and not self.prompt.stop(timeout=10.0):
+            LOG.warning("The agent's prompt sync did not stop within 10 s; closing anyway")
         self.agent.close()
 
 

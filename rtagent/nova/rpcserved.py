@@ -27,7 +27,8 @@ class ServedLink(RpcLink):
         conf([], project="rtagent", default_config_files=[])
         # One transport for both ends: the fake driver's queues live in it.
         self._transport = transport.get_transport(conf, url="fake:/")
-        endpoint = AgentEndpoint(local.agent, host, local.agent_host_ip)
+        on_change = local.prompt.request if local.prompt is not None else None
+        endpoint = AgentEndpoint(local.agent, host, local.agent_host_ip, on_change=on_change)
         self._server = RPCServer(self._transport, host, endpoint)
         self._server.start()
         super().__init__(AgentClient(self._transport, host, timeout=60))

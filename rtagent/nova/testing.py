@@ -37,7 +37,7 @@ import threading
 
 import fixtures
 
-from rtagent.nova import guard, inprocess
+from rtagent.nova import guard, inprocess, virtapi
 from rtagent.nova import tracker as rt
 from rtagent.nova.link import AgentRefused
 
@@ -95,6 +95,8 @@ class RtagentTrackerFixture(fixtures.Fixture):
         nova_tracker = resource_tracker.ResourceTracker
         for name, refused in guard.patches(nova_tracker):
             self.useFixture(fixtures.MockPatchObject(nova_tracker, name, refused))
+        for name, routed in virtapi.patches(manager.ComputeVirtAPI):
+            self.useFixture(fixtures.MockPatchObject(manager.ComputeVirtAPI, name, routed))
         self.useFixture(
             fixtures.MonkeyPatch(
                 "nova.compute.resource_tracker.ResourceTracker", self._counted_class()

@@ -19,6 +19,7 @@ Method names and signatures are nova's, so that code patching
 """
 
 import collections
+import dataclasses
 import logging
 
 from nova import exception, objects, utils
@@ -250,6 +251,26 @@ class RtagentResourceTracker:
             service = objects.Service.get_by_compute_host(context, self.host)
         except exception.NotFound:
             return
+        self._set_disabled(node_uuid, service)
+
+    def update_compute_provider_status(self, context, node_uuid, enabled):
+        """The service was enabled or disabled (nova's os-services API saved
+        it, then asked this host): the agent sets or clears the node's
+        COMPUTE_STATUS_DISABLED, in Placement within a second. nova's
+        ``ComputeVirtAPI.update_compute_provider_status`` comes here
+        (:mod:`rtagent.nova.virtapi`); nova's own writes the trait through
+        its report client, which has no provider cached beside rtagent."""
+        try:
+            service = objects.Service.get_by_compute_host(context, self.host)
+        except exception.NotFound:
+            service = None
+        if service is None or bool(service.disabled) == enabled:
+            # The record says otherwise (changed again since): the caller's
+            # word is the newer one.
+            service = _Status(disabled=not enabled, disabled_reason=None)
+        self._set_disabled(node_uuid, service)
+
+    def _set_disabled(self, node_uuid, service):
         want = bool(service.disabled)
         args = {"node_uuid": node_uuid, "disabled": want}
         if want:
@@ -681,6 +702,14 @@ class RtagentResourceTracker:
         for rows in self._pci_rows.values():
             rows.free_claims(context, instance)
             rows.save(context)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Status:
+    """A service's status where its record is not at hand."""
+
+    disabled: bool
+    disabled_reason: str | None
 
 
 class _Uuid:

@@ -32,7 +32,7 @@ _CONNECTION_LOST = ks_exc.ConnectFailure
 # 409 that its caller already handles:
 # - put_inventories and put_traits carry the provider generation that the
 #   first copy moved, so the sync re-reads that provider, finds its write
-#   there and has nothing left to do (sync.ProviderSync._apply_by_provider);
+#   there and has nothing left to do (flusher.Flusher._apply_by_provider);
 # - the healer's PUT /allocations carries the consumer generation: a
 #   conflict, looked at again next pass (allocations.AllocationHealer.heal);
 # - a standalone write (consumer generation None) finds the consumer, and

@@ -24,7 +24,7 @@ import logging
 
 from rtagent.placement import diff as diffmod
 from rtagent.placement import errors
-from rtagent.placement.allocations import consumer_type
+from rtagent.placement.consumers import consumer_type
 
 LOG = logging.getLogger(__name__)
 

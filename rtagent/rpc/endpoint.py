@@ -24,7 +24,8 @@ from rtagent.tracker.model import Flavor
 
 LOG = logging.getLogger(__name__)
 
-# Methods that change accounting: their success is a reason to publish.
+# Methods that change accounting: their success is a reason to publish (to
+# Placement within a second, and on the message bus).
 MUTATIONS = frozenset(
     {
         "instance_claim",

@@ -4,7 +4,8 @@ import uuid
 
 import pytest
 
-from rtagent.placement.allocations import AllocationHealer, ConsumerReport, unknown_consumers
+from rtagent.placement.passes.heal import AllocationHealer
+from rtagent.placement.passes.unknown import ConsumerReport, unknown_consumers
 from rtagent.tracker.model import Flavor
 from tests.functional.placement.conftest import (
     allocations_of,

@@ -9,7 +9,7 @@ import pytest
 
 from rtagent import builder
 from rtagent.placement import errors as placement_errors
-from rtagent.placement.allocations import AllocationHealer, HealBudget
+from rtagent.placement.passes.heal import AllocationHealer, HealBudget
 from rtagent.placement.standalone import claim_standalone
 from rtagent.tracker import errors
 from rtagent.tracker.model import Flavor

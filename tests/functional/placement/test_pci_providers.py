@@ -12,8 +12,8 @@ import pytest
 
 from rtagent.pci import errors
 from rtagent.placement import pci as pci_providers
+from rtagent.placement.passes.pci_devices import DeviceAllocations
 from rtagent.placement.pci import provider_uuid
-from rtagent.placement.pcialloc import DeviceAllocations
 from rtagent.placement.standalone import claim_standalone
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import Recorder, put_allocation

@@ -17,8 +17,8 @@ import pytest
 from rtagent import builder
 from rtagent.metrics import Metrics
 from rtagent.placement import errors, standalone
-from rtagent.placement.allocations import AllocationHealer
 from rtagent.placement.client import PlacementClient
+from rtagent.placement.passes.heal import AllocationHealer
 from rtagent.placement.sync import ProviderSync
 from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.testing.faultproxy import CLOSE, FORWARDED, RESET, FaultProxy

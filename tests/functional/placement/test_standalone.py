@@ -6,8 +6,8 @@ import uuid
 import pytest
 
 from rtagent.placement import errors
-from rtagent.placement.allocations import AllocationHealer
 from rtagent.placement.client import PlacementClient
+from rtagent.placement.passes.heal import AllocationHealer
 from rtagent.placement.standalone import PRESENT, WRITTEN, claim_standalone, write_allocations
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import make_adapter

@@ -3,7 +3,7 @@ anything else, and the move it makes (pure)."""
 
 import pytest
 
-from rtagent.placement.pinned import correction, moved
+from rtagent.placement.passes.pinned_vcpus import correction, moved
 
 LEFT_ALONE = "left alone"
 

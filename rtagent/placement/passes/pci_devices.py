@@ -36,7 +36,8 @@ Amounts on other providers, and other classes, are never changed.
 
 import logging
 
-from rtagent.placement import allocations, errors
+from rtagent.placement import errors
+from rtagent.placement.consumers import rewrite
 
 LOG = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class DeviceAllocations:
                 )
             return False
         try:
-            allocations.rewrite(self._client, consumer, new, body)
+            rewrite(self._client, consumer, new, body)
         except errors.GenerationConflict:
             LOG.info(
                 "Consumer %s changed while its device allocations were written; next pass",
@@ -233,3 +234,30 @@ class DeviceAllocations:
             wanted,
         )
         return True
+
+
+class PciDevicePass:
+    """The PCI device allocations of one node (see
+    :mod:`rtagent.placement.passes`)."""
+
+    name = "pci_devices"
+
+    def __init__(self, client):
+        self._devices = DeviceAllocations(client)
+
+    def run(self, node):
+        if node.root is None or (not node.held and self._devices.idle):
+            return node
+        snapshot = node.tracker.snapshot()
+        moves = snapshot.migrations
+        # A resize on this node, or a standalone claim whose allocation is
+        # being written: looked at once it is settled.
+        same = {m.instance_uuid for m in moves if m.source_node == m.dest_node}
+        moving = {m.instance_uuid: m.uuid for m in moves if m.source_node != m.dest_node}
+        claimed = frozenset(i.uuid for i in snapshot.instances)
+        busy = frozenset(same) | snapshot.pending
+        self._devices.check(node.node_uuid, node.held, busy, moving, claimed)
+        return node
+
+    def status(self, known):
+        return {}

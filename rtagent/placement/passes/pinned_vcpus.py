@@ -24,7 +24,8 @@ start-up publishes it), so each consumer is an independent, atomic write.
 import dataclasses
 import logging
 
-from rtagent.placement import allocations, errors
+from rtagent.placement import errors
+from rtagent.placement.consumers import rewrite
 
 LOG = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ class PinnedAllocations:
         if correction(claimed, current.get(root)) != (amount, None):
             return False
         try:
-            allocations.rewrite(self._client, consumer, moved(current, root, amount), body)
+            rewrite(self._client, consumer, moved(current, root, amount), body)
         except errors.GenerationConflict:
             LOG.info("Consumer %s changed while its VCPU was moved to PCPU; next pass", consumer)
             return False
@@ -163,3 +164,20 @@ class PinnedAllocations:
             root,
         )
         return True
+
+
+class PinnedVcpuPass:
+    """The pinned-vCPU move of one node (see :mod:`rtagent.placement.passes`)."""
+
+    name = "pinned_vcpus"
+
+    def __init__(self, client):
+        self._pinned = PinnedAllocations(client)
+
+    def run(self, node):
+        if node.root is not None:
+            self._pinned.check(node.node_uuid, node.tracker.snapshot().instances)
+        return node
+
+    def status(self, known):
+        return {}

@@ -3,7 +3,7 @@ left out of it (pure)."""
 
 import pytest
 
-from rtagent.placement.pcialloc import healed, missing, with_dropped
+from rtagent.placement.passes.pci_devices import healed, missing, with_dropped
 
 ROOT, NIC, GPU = "root", "nic", "gpu"
 FLAVOR = {"VCPU": 1, "MEMORY_MB": 512}

@@ -1,0 +1,105 @@
+"""The allocation passes: what a node's sync does once its provider tree
+is right in Placement.
+
+The tree sync (:mod:`rtagent.placement.sync`) makes Placement hold the
+node's providers, inventories and traits. Allocations are the scheduler's
+and nova's to write; the agent writes only where it can prove Placement
+wrong about a consumer of its own node. Each such correction is a pass:
+
+=====================  ===================================================
+:mod:`.heal`           released consumers' allocations removed from our
+                       providers (aborted, deleted, moved away)
+:mod:`.unknown`        allocations of consumers the node does not know,
+                       reported and never touched
+:mod:`.pinned_vcpus`   pinned vCPUs a legacy scheduler allocated as VCPU,
+                       moved to PCPU
+:mod:`.pci_devices`    PCI devices a claim holds that its allocation does
+                       not count (left out, attached, detached)
+=====================  ===================================================
+
+Every pass has the same shape: ``run(node)`` with a :class:`SyncedNode`,
+returning the node for the passes after it (what a pass learnt that the
+later ones may use, such as the consumers healing emptied, rides on it:
+:meth:`SyncedNode.after`), and ``status(known)``, the figures it adds to
+the node's sync status. A
+pass keeps what it learnt between runs (what it checked, at which
+generation) so that a steady node costs it nothing; it reads the tracker's
+published snapshot and calls the tracker only for short writes. A pass
+that meets an unreachable Placement raises, and the node's sync backs off
+as for a failed tree sync. Passes run in the audit thread or the prompt
+sync's, one node at a time, never under a tracker lock.
+
+A new correction is a new module here and one entry in :func:`standard`.
+"""
+
+import dataclasses
+
+from rtagent.placement.passes.heal import HealPass
+from rtagent.placement.passes.pci_devices import PciDevicePass
+from rtagent.placement.passes.pinned_vcpus import PinnedVcpuPass
+from rtagent.placement.passes.unknown import UnknownConsumerPass
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncedNode:
+    """A node just after its tree sync: what every pass is given.
+
+    :param node_uuid: the node (its root provider's UUID).
+    :param tracker: the node's tracker: ``snapshot()`` to read (again, at
+        the moment a write is decided), and the short writes a pass owns
+        (``forget_released``).
+    :param view: Placement's providers as the sync left them
+        (a :class:`~rtagent.placement.tree.ProviderTree`, generations
+        included).
+    :param tree: the provider tree synced.
+    :param held: {consumer: {provider: {class: amount}}}: the PCI devices
+        the node's claims hold on its device providers (empty without PCI
+        in Placement).
+    :param emptied: consumers an earlier pass of this run proved hold
+        nothing on the node's providers any more (healed).
+    """
+
+    node_uuid: str
+    tracker: object
+    view: object
+    tree: object
+    held: dict = dataclasses.field(default_factory=dict)
+    emptied: frozenset = frozenset()
+
+    def after(self, *, emptied=frozenset()):
+        """This node as the next pass sees it."""
+        if not emptied:
+            return self
+        return dataclasses.replace(self, emptied=self.emptied | frozenset(emptied))
+
+    @property
+    def root(self):
+        """The node's root provider as Placement holds it (None before the
+        first sync created it)."""
+        return self.view.get(self.node_uuid)
+
+
+def standard(client, *, heal_budget=None, checked=None):
+    """The passes of every node, in the order they run: healing first, so
+    that what it removes is not reported as unknown in the same run.
+
+    :param heal_budget: a :class:`~.heal.HealBudget`.
+    :param checked: a :class:`~rtagent.placement.checkpoint.MetaRecord`
+        for :class:`~.unknown.UnknownConsumerPass` (or None).
+    """
+    return (
+        HealPass(client, heal_budget),
+        UnknownConsumerPass(client, checked),
+        PinnedVcpuPass(client),
+        PciDevicePass(client),
+    )
+
+
+__all__ = [
+    "HealPass",
+    "PciDevicePass",
+    "PinnedVcpuPass",
+    "SyncedNode",
+    "UnknownConsumerPass",
+    "standard",
+]

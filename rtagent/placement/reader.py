@@ -1,0 +1,106 @@
+"""Read the tree from Placement, cheaply: a new view from the last one.
+
+Each read lists the tree's providers and their generations in ONE request
+(``GET /resource_providers?in_tree=ROOT``). A provider whose generation is
+the one last seen is unchanged, so its cached inventories and traits are
+reused; only providers that moved are read again. With nothing changed a
+read costs one request, whatever the size of the node.
+
+The read also settles which tree is synced: a child provider this agent
+published before, reported now under a new UUID but the same name, is kept
+under its UUID in Placement (:func:`same_names`).
+"""
+
+import logging
+
+from rtagent.placement import errors
+from rtagent.placement.tree import Provider, ProviderTree
+from rtagent.placement.view import Listed, PlacementView
+from rtagent.resources import Inventory, frozen_map
+
+# The sync's logger: these lines are part of what an operator reads as the
+# sync (docs/operations.md), whichever module now writes them.
+LOG = logging.getLogger("rtagent.placement.sync")
+
+# Inventories and traits are read by two requests; if someone writes between
+# them the generations differ and we read again, at most this many times.
+_CONSISTENT_READ_ATTEMPTS = 3
+
+
+def refresh(client, view, root, desired, ours):
+    """Read the tree's listing and each provider whose generation moved.
+
+    :param view: the :class:`~rtagent.placement.view.PlacementView` last read.
+    :param desired: the tree to sync; only its providers are copied (another
+        service's child provider in our tree is never written to).
+    :param ours: UUIDs of the child providers this agent published.
+    :returns: (the new view, ``desired`` or the tree to sync in its place).
+    :raises ProviderChanging: a provider kept changing between two reads.
+    :raises PlacementUnavailable: a read failed; nothing was written.
+    """
+    listed = frozen_map({e["uuid"]: Listed.from_placement(e) for e in client.list_tree(root)})
+    desired = same_names(desired, listed, ours)
+    providers = []
+    for entry in listed.values():
+        if entry.uuid not in desired:
+            continue
+        cached = view.get(entry.uuid)
+        if cached is not None and cached.generation == entry.generation:
+            providers.append(cached.replace(name=entry.name, parent_uuid=entry.parent_uuid))
+        else:
+            providers.append(read_provider(client, entry))
+    return PlacementView(ProviderTree(providers), listed), desired
+
+
+def read_provider(client, entry):
+    """One provider's inventories and traits, read at one generation.
+
+    :param entry: its :class:`~rtagent.placement.view.Listed` (name, parent).
+    :raises ProviderChanging: its generation moved between the two GETs
+        every time.
+    """
+    for _ in range(_CONSISTENT_READ_ATTEMPTS):
+        inv_gen, inventories = client.get_inventories(entry.uuid)
+        trait_gen, traits = client.get_traits(entry.uuid)
+        if inv_gen == trait_gen:
+            break
+    else:
+        # Someone keeps writing to it: let the retry policy pace us
+        # rather than write on a torn read.
+        raise errors.ProviderChanging(uuid=entry.uuid)
+    return Provider(
+        uuid=entry.uuid,
+        name=entry.name,
+        parent_uuid=entry.parent_uuid,
+        generation=inv_gen,
+        inventories=frozen_map({rc: Inventory.from_placement(d) for rc, d in inventories.items()}),
+        traits=traits,
+    )
+
+
+def same_names(desired, listed, ours):
+    """``desired`` with each child provider this agent published before
+    under its UUID in Placement, where the tree reports it under a new
+    one: a provider name is unique in Placement, so the same name is the
+    same provider (nova's virt drivers, handed a fresh provider tree,
+    make up a UUID for each child). Allocations against it stay valid.
+
+    :param listed: uuid -> :class:`~rtagent.placement.view.Listed`.
+    :param ours: UUIDs of the child providers this agent published.
+    """
+    wanted = {p.uuid for p in desired}
+    by_name = {
+        entry.name: uuid for uuid, entry in listed.items() if uuid in ours and uuid not in wanted
+    }
+    same = {
+        p.uuid: by_name[p.name]
+        for p in desired
+        if p.parent_uuid is not None and p.uuid not in listed and p.name in by_name
+    }
+    if not same:
+        return desired
+    LOG.debug("Child providers reported under new UUIDs, kept as in Placement: %s", same)
+    return ProviderTree(
+        p.replace(uuid=same.get(p.uuid, p.uuid), parent_uuid=same.get(p.parent_uuid, p.parent_uuid))
+        for p in desired
+    )
