@@ -92,8 +92,9 @@ def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_
         node_uuid=views[0].node_uuid if views else None,
     )
     # Placement right within a second of a change, as under the daemon:
-    # nova's periodic audit comes only once a minute.
-    soon = prompt.PromptSync(agent.sync_changed)
+    # nova's periodic audit comes only once a minute. No hypervisor events
+    # reach an embedded agent, so its prompt sync reads the host too.
+    soon = prompt.PromptSync(agent.audit_changed)
     endpoint = AgentEndpoint(agent, host, conf.my_ip, on_change=soon.request)
     soon.start()
     return LocalLink(agent, endpoint, conf.my_ip, prompt=soon)

@@ -70,6 +70,11 @@ class LocalLink:
             self.agent.driver.prime(nodename, reading)
         self.agent.audit()
 
+    def publish(self, node_uuid):
+        """Sync ``node_uuid`` to Placement now, in the caller's thread (a
+        service enabled or disabled: nova's API waits for its trait)."""
+        self.agent.sync_changed({node_uuid})
+
     def close(self):
         if self.prompt is not None and not self.prompt.stop(timeout=10.0):
             LOG.warning("The agent's prompt sync did not stop within 10 s; closing anyway")
@@ -90,6 +95,10 @@ class RpcLink:
 
     def audit(self, nodename=None, reading=None):
         """The daemon audits on its own schedule: nothing to do."""
+
+    def publish(self, node_uuid):
+        """The daemon's prompt sync publishes a change within a second of
+        the call that made it: nothing to do."""
 
     def close(self):
         """The transport belongs to whoever made the client."""

@@ -39,6 +39,9 @@ class ServedLink(RpcLink):
     def audit(self, nodename=None, reading=None):
         self._local.audit(nodename, reading)
 
+    def publish(self, node_uuid):
+        self._local.publish(node_uuid)
+
     def close(self):
         self._server.stop()
         self._transport.cleanup()

@@ -256,7 +256,7 @@ class RtagentResourceTracker:
     def update_compute_provider_status(self, context, node_uuid, enabled):
         """The service was enabled or disabled (nova's os-services API saved
         it, then asked this host): the agent sets or clears the node's
-        COMPUTE_STATUS_DISABLED, in Placement within a second. nova's
+        COMPUTE_STATUS_DISABLED, in Placement when this returns. nova's
         ``ComputeVirtAPI.update_compute_provider_status`` comes here
         (:mod:`rtagent.nova.virtapi`); nova's own writes the trait through
         its report client, which has no provider cached beside rtagent."""
@@ -269,6 +269,10 @@ class RtagentResourceTracker:
             # word is the newer one.
             service = _Status(disabled=not enabled, disabled_reason=None)
         self._set_disabled(node_uuid, service)
+        # nova's API call waits for this one: the trait is in Placement when
+        # it returns (at once in process; the daemon's prompt sync within a
+        # second over RPC). Outside nova's compute_resources lock.
+        self.link.publish(node_uuid)
 
     def _set_disabled(self, node_uuid, service):
         want = bool(service.disabled)
