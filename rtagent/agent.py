@@ -180,19 +180,6 @@ class Agent:
             results, _ = self._publish(pending, quiet_backoff=True)
         return results
 
-    def audit_changed(self, node_uuids=None):
-        """The prompt sync of an agent that hears no host events (one
-        embedded in nova-compute): a whole audit, the host read included,
-        as nova's tracker asks its virt driver for the provider tree at
-        each claim, so that a host change made since the last periodic
-        (a disk grown) reaches Placement too. A failure is logged; the
-        next audit retries. :returns: the audit's result, or None."""
-        try:
-            return self.audit()
-        except exception.RtagentError as exc:
-            LOG.warning("Audit after a change failed (%s): %s", exc.code, exc)
-            return None
-
     def _read(self, views):
         """Hand each node its reading. :returns: [(tracker, snapshot)]."""
         read = []

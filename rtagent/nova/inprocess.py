@@ -92,9 +92,13 @@ def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_
         node_uuid=views[0].node_uuid if views else None,
     )
     # Placement right within a second of a change, as under the daemon:
-    # nova's periodic audit comes only once a minute. No hypervisor events
-    # reach an embedded agent, so its prompt sync reads the host too.
-    soon = prompt.PromptSync(agent.audit_changed)
+    # nova's periodic audit comes only once a minute. The prompt sync does
+    # not read the host: nova's virt drivers query nova's database while
+    # they answer get_available_resource, and a reading from another
+    # thread in the middle of an API request is the lock-order hang
+    # tests/nova/test_one_reading.py describes. The host is read by nova's
+    # periodic, as before.
+    soon = prompt.PromptSync(agent.sync_changed)
     endpoint = AgentEndpoint(agent, host, conf.my_ip, on_change=soon.request)
     soon.start()
     return LocalLink(agent, endpoint, conf.my_ip, prompt=soon)
