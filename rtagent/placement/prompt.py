@@ -35,6 +35,8 @@ GATHER_S = 0.1
 SPACING_S = 0.5
 # Every node (a request that names none).
 ALL = None
+# The syncing thread's name (logs, thread dumps, tests).
+THREAD_NAME = "prompt-sync"
 
 
 class PromptSync:
@@ -77,7 +79,7 @@ class PromptSync:
     def start(self):
         """Start the syncing thread (once)."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="prompt-sync", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
             self._thread.start()
 
     def stop(self, timeout=5.0):
