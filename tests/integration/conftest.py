@@ -10,6 +10,7 @@ import pytest
 
 from rtagent.testing import rabbitmq
 from rtagent.testing.libvirtd import Libvirtd, missing_requirements
+from rtagent.testing.placement_server import PlacementServer
 from tests.requirements import require
 
 
@@ -30,6 +31,14 @@ def broker():
     require(rabbitmq.missing_requirements(), "RabbitMQ")
     with rabbitmq.RabbitMQ() as rabbit:
         yield rabbit
+
+
+@pytest.fixture
+def placement():
+    """A Placement process of the test's own: each agent registers its host's
+    name under its own UUID, and a provider name is unique in Placement."""
+    with PlacementServer(db_sync=False) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rtagent.rpc.client import AgentClient
 from rtagent.rpc.transport import get_transport
-from rtagent.testing.placement_server import PlacementServer
 from rtagent.testing.rabbitmq import free_port
 from tests.functional.rpc.harness import DEMO_URI, bounded_call, make_conf
 
@@ -26,13 +25,6 @@ pytestmark = pytest.mark.integration
 
 RTAGENT = os.path.join(os.path.dirname(sys.executable), "rtagent")
 STOP_BOUND_S = 25
-
-
-@pytest.fixture
-def placement():
-    # One per test: each agent registers the demo host's name under its own UUID.
-    with PlacementServer(db_sync=False) as server:
-        yield server
 
 
 class Notifications:

@@ -30,7 +30,6 @@ import pytest
 from rtagent.rpc.client import AgentClient
 from rtagent.rpc.transport import get_transport
 from rtagent.testing import rabbitmq
-from rtagent.testing.placement_server import PlacementServer
 from tests.functional.rpc.harness import bounded_call, make_conf
 from tests.integration.conftest import require
 from tests.integration.test_daemon import Agent, wait_until
@@ -42,12 +41,6 @@ SHUTDOWN_TIMEOUT_S = 10
 # ([daemon] shutdown_timeout's help): interpreter and transport teardown.
 EXIT_SLACK_S = 5
 FLAVOR = {"vcpus": 1, "memory_mb": 256}
-
-
-@pytest.fixture
-def placement():
-    with PlacementServer(db_sync=False) as server:
-        yield server
 
 
 @pytest.fixture

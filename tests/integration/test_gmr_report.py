@@ -6,16 +6,9 @@ import signal
 
 import pytest
 
-from rtagent.testing.placement_server import PlacementServer
 from tests.integration.test_daemon import Agent, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def placement():
-    with PlacementServer(db_sync=False) as server:
-        yield server
 
 
 def section(report, title):

@@ -13,17 +13,10 @@ import uuid
 import pytest
 
 from rtagent.rpc import transport as rpc_transport
-from rtagent.testing.placement_server import PlacementServer
 from tests.functional.rpc.harness import bounded_call, make_conf
 from tests.integration.test_daemon import RTAGENT, Agent, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def placement():
-    with PlacementServer(db_sync=False) as server:
-        yield server
 
 
 class DebugAgent(Agent):

@@ -10,7 +10,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rtagent import conf as rtconf
-from rtagent.testing.placement_server import PlacementServer
 from tests.integration.test_daemon import Agent, wait_until
 
 pytestmark = pytest.mark.integration
@@ -25,12 +24,6 @@ OPENSTACK_PORTS = {
     9511, 9517, 9696, 9777, 9778, 9876, 9890, 11211, 15868, 35357,
 }  # fmt: skip
 EXPORTERS = range(9100, 10000)
-
-
-@pytest.fixture
-def placement():
-    with PlacementServer(db_sync=False) as server:
-        yield server
 
 
 @pytest.fixture

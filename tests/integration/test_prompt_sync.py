@@ -18,7 +18,6 @@ import oslo_messaging
 import pytest
 from oslo_config import cfg
 
-from rtagent.testing.placement_server import PlacementServer
 from tests.functional.test_pci_tracking import HOST_XML, PF, VFS
 from tests.integration.test_daemon import Agent
 
@@ -83,12 +82,6 @@ class Conductor:
 
     def close(self):
         self.transport.cleanup()
-
-
-@pytest.fixture
-def placement():
-    with PlacementServer(db_sync=False) as server:
-        yield server
 
 
 @pytest.fixture

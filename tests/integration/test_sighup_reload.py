@@ -8,18 +8,11 @@ import time
 
 import pytest
 
-from rtagent.testing.placement_server import PlacementServer
 from tests.integration.test_daemon import Agent, wait_until
 
 pytestmark = pytest.mark.integration
 
 IMMUTABLE = "Ignoring change to immutable option"
-
-
-@pytest.fixture
-def placement():
-    with PlacementServer(db_sync=False) as server:
-        yield server
 
 
 @pytest.fixture
