@@ -180,6 +180,38 @@ class Agent:
             results, _ = self._publish(pending, quiet_backoff=True)
         return results
 
+    def take_reading(self, views):
+        """Hand known nodes a host reading taken outside the audit (the
+        embedded agent: nova's build thread reads the node after its claim,
+        as nova's tracker asks its virt driver at each claim). Nothing is
+        synced and no node is added or removed here; the caller asks the
+        prompt sync for the nodes returned, and the audit stays in charge
+        of the node list.
+
+        :returns: UUIDs of the nodes whose reading changed their state.
+        """
+        trackers = list(self.nodes.trackers())
+        by_uuid = {t.node_uuid: t for t in trackers}
+        by_name = {t.snapshot().hypervisor_hostname: t for t in trackers}
+        changed = set()
+        for view in views:
+            if view.node_uuid:
+                tracker = by_uuid.get(view.node_uuid)
+            else:
+                tracker = by_name.get(view.hypervisor_hostname)
+            if tracker is None:
+                continue  # a node the audit has not added yet
+            node_uuid = tracker.node_uuid
+            before = tracker.snapshot()
+            traits = getattr(view, "traits", frozenset())
+            with self._mutex:
+                known_traits = self._driver_traits.get(node_uuid)
+                self._driver_traits[node_uuid] = traits
+            # A steady reading keeps the tracker's state, and its snapshot.
+            if tracker.update_host(view) is not before or traits != known_traits:
+                changed.add(node_uuid)
+        return changed
+
     def _read(self, views):
         """Hand each node its reading. :returns: [(tracker, snapshot)]."""
         read = []
@@ -203,6 +235,7 @@ class Agent:
                     publisher.backoff.record_failure(desired)
                     raise desired
                 outcome = publisher.publish(tracker, desired, held=pci.held, drop=pci.drop)
+                self._tell_driver(snapshot.node_uuid, outcome)
             except placement_errors.SyncBackingOff as exc:
                 # A prompt sync leaves a backing-off node to its retry, which
                 # the audit loop runs when it is due.
@@ -216,6 +249,13 @@ class Agent:
                 outcome = exc
             results[snapshot.node_uuid] = (snapshot, outcome)
         return results, errors
+
+    def _tell_driver(self, node_uuid, outcome):
+        """Hand the driver the tree Placement holds now (HostDriver.published;
+        a driver that wraps another may not have the hook)."""
+        published = getattr(self.driver, "published", None)
+        if published is not None and outcome.tree is not None:
+            published(node_uuid, outcome.tree)
 
     def _desired(self, read):
         """(tracker, snapshot, desired tree, PCI report) per node of

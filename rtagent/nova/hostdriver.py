@@ -48,6 +48,11 @@ class NovaHostDriver(HostDriver):
         self._mutex = threading.Lock()
         self._resources = {}
         self._primed = {}
+        # nodename -> (name, uuid, parent uuid) of each child provider the
+        # driver reported at the last reading, parents first; and the
+        # node's UUID.
+        self._children = {}
+        self._node_uuids = {}
         # Every trait update_provider_tree ever put on a root: one it stops
         # reporting is removed, as nova's tracker removes it.
         self._reported_traits = set()
@@ -81,6 +86,24 @@ class NovaHostDriver(HostDriver):
         with self._mutex:
             self._primed[nodename] = reading
 
+    def published(self, node_uuid, tree):
+        """The next reading hands the driver each child provider under the
+        UUID it has in Placement. After a restart the driver makes up new
+        UUIDs for the children it finds, while the sync keeps a child that
+        has the name of one published before under its old UUID (and its
+        allocations): without this, the driver would look a build's
+        allocated provider up under a UUID Placement does not have."""
+        in_placement = {p.name: p.uuid for p in tree if p.parent_uuid is not None}
+        with self._mutex:
+            for nodename, known in self._children.items():
+                if self._node_uuids.get(nodename) != node_uuid:
+                    continue
+                renamed = {uuid: in_placement.get(name, uuid) for name, uuid, _ in known}
+                self._children[nodename] = tuple(
+                    (name, renamed[uuid], renamed.get(parent, parent))
+                    for name, uuid, parent in known
+                )
+
     def read_host(self):
         views = self.read_nodes()
         if not views:
@@ -92,10 +115,27 @@ class NovaHostDriver(HostDriver):
 
         :raises HostReadError: the driver failed to answer.
         """
+        return self._read(only=None)
+
+    def read_node(self, nodename):
+        """The view of the one node ``nodename``, or None if the driver no
+        longer lists it: what nova's tracker asks of its driver at a claim.
+
+        :raises HostReadError: the driver failed to answer.
+        """
+        views = self._read(only=nodename)
+        return views[0] if views else None
+
+    def _read(self, only):
         with self._mutex:
-            primed, self._primed = self._primed, {}
+            if only is None:
+                primed, self._primed = self._primed, {}
+            else:
+                primed = {only: self._primed.pop(only)} if only in self._primed else {}
         try:
             names = sorted(self._driver.get_available_nodes())
+            if only is not None:
+                names = [name for name in names if name == only]
             traits = frozenset(t for t, on in self._capabilities().items() if on)
             readings = {
                 name: primed[name] if name in primed else self._driver.get_available_resource(name)
@@ -121,7 +161,10 @@ class NovaHostDriver(HostDriver):
             views.append(view)
             kept[view.hypervisor_hostname] = res
         with self._mutex:
-            self._resources = kept
+            if only is None:
+                self._resources = kept
+            else:
+                self._resources.update(kept)
         return views
 
     def _providers(self, nodename, node_uuid, dedicated=None):
@@ -143,6 +186,17 @@ class NovaHostDriver(HostDriver):
 
         tree = provider_tree.ProviderTree()
         tree.new_root(nodename, node_uuid)
+        with self._mutex:
+            known = self._children.get(nodename, ())
+        # The child providers of the last reading, under their UUIDs: a
+        # virt driver finds a child by name and makes up a UUID only for a
+        # new one, and nova's libvirt driver looks a build's allocated
+        # providers up in the last tree it was handed (a vGPU's mdev), so a
+        # second reading must not rename them. nova's report client hands
+        # the driver its cached tree for the same reason.
+        for name, uuid, parent_uuid in known:
+            if parent_uuid == node_uuid or tree.exists(parent_uuid):
+                tree.new_child(name, parent_uuid, uuid=uuid)
         if dedicated:
             tree.update_inventory(nodename, {"PCPU": _pcpu_inventory(len(dedicated))})
         try:
@@ -154,6 +208,7 @@ class NovaHostDriver(HostDriver):
             raise errors.HostReadError(
                 what=f"update_provider_tree of node {nodename}", reason=repr(exc)
             ) from exc
+        children = []
         facts = []
         for uuid in tree.get_provider_uuids():
             data = tree.data(uuid)
@@ -167,6 +222,8 @@ class NovaHostDriver(HostDriver):
             if data.parent_uuid is None:
                 with self._mutex:
                     self._reported_traits |= set(data.traits)
+            else:
+                children.append((data.name, data.uuid, data.parent_uuid))
             facts.append(
                 ProviderFacts(
                     uuid=data.uuid,
@@ -180,6 +237,9 @@ class NovaHostDriver(HostDriver):
                     traits=frozenset(data.traits),
                 )
             )
+        with self._mutex:
+            self._children[nodename] = tuple(children)
+            self._node_uuids[nodename] = node_uuid
         return tuple(facts)
 
     def _capabilities(self):

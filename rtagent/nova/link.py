@@ -11,6 +11,8 @@ exercise what production sends over the wire.
 
 import logging
 
+from rtagent.exception import RtagentError
+
 LOG = logging.getLogger(__name__)
 
 
@@ -75,6 +77,23 @@ class LocalLink:
         service enabled or disabled: nova's API waits for its trait)."""
         self.agent.sync_changed({node_uuid})
 
+    def reread(self, nodename):
+        """Read node ``nodename`` through nova's virt driver now, in the
+        caller's thread, and have the prompt sync publish it if it changed
+        anything (a disk grown since the last periodic): nova's tracker asks
+        its driver for the provider tree at each claim. Only the embedded
+        agent needs this; it hears no hypervisor events. A failed reading
+        is logged; the next periodic reads again."""
+        try:
+            view = self.agent.driver.read_node(nodename)
+        except RtagentError as exc:
+            LOG.warning("Reading node %s after a claim failed: %s", nodename, exc)
+            return
+        changed = self.agent.take_reading([view] if view is not None else [])
+        if self.prompt is not None:
+            for node_uuid in changed:
+                self.prompt.request(node_uuid)
+
     def close(self):
         if self.prompt is not None and not self.prompt.stop(timeout=10.0):
             LOG.warning("The agent's prompt sync did not stop within 10 s; closing anyway")
@@ -99,6 +118,10 @@ class RpcLink:
     def publish(self, node_uuid):
         """The daemon's prompt sync publishes a change within a second of
         the call that made it: nothing to do."""
+
+    def reread(self, nodename):
+        """The daemon reads its own host (hypervisor events, its audit):
+        nothing to do."""
 
     def close(self):
         """The transport belongs to whoever made the client."""

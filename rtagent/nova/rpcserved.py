@@ -42,6 +42,11 @@ class ServedLink(RpcLink):
     def publish(self, node_uuid):
         self._local.publish(node_uuid)
 
+    def reread(self, nodename):
+        # Stands for the daemon's own hypervisor events, as audit() stands
+        # for its loop.
+        self._local.reread(nodename)
+
     def close(self):
         self._server.stop()
         self._transport.cleanup()

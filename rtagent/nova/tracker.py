@@ -299,8 +299,19 @@ class RtagentResourceTracker:
 
     # -- instance claims ---------------------------------------------------
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def instance_claim(self, context, instance, nodename, allocations, limits=None):
+        claim = self._instance_claim(context, instance, nodename, allocations, limits)
+        # nova's tracker asks its virt driver for the node's provider tree at
+        # each claim, so a host change since the last periodic (a disk grown)
+        # is in Placement before this instance can move. The embedded agent
+        # hears no hypervisor events, so the build reads the node here: after
+        # the agent's claim is committed and outside nova's lock (nova reads
+        # under it), published by the prompt sync if it changed anything.
+        self.link.reread(nodename)
+        return claim
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _instance_claim(self, context, instance, nodename, allocations, limits=None):
         if self.disabled(nodename):
             raise exception.ComputeResourcesUnavailable(
                 reason=f"Attempt to claim resources for instance {instance.uuid} "

@@ -42,6 +42,7 @@ Done differently, each for a reason:
   have one (nova refuses every device then).
 """
 
+import collections
 import dataclasses
 import json
 import types
@@ -114,6 +115,21 @@ class PciRequest:
         object.__setattr__(self, "numa_policy", self.numa_policy or LEGACY)
         if self.numa_policy not in NUMA_POLICIES:
             raise errors.InvalidRequest(reason=f"unknown NUMA policy {self.numa_policy!r}")
+
+    @property
+    def provider_counts(self):
+        """{provider UUID: devices} when a spec's ``rp_uuids`` name one
+        provider per device, as nova's scheduler writes them (a provider
+        Placement allocated two VFs from is named twice): the devices must
+        then come from those providers in exactly those numbers, or the
+        device allocations in Placement would not match the claim. None
+        when no spec names providers, or the names do not add up to the
+        count (they then only admit the devices of those providers)."""
+        for spec in self.specs:
+            named = spec.get("rp_uuids")
+            if named:
+                return dict(collections.Counter(named)) if len(named) == self.count else None
+        return None
 
     def describe(self):
         if self.alias_name:
@@ -198,11 +214,15 @@ def select(table, requests, instance_cells=None, cell_sockets=None, node_uuid=No
         matching = [d for d in free.values() if _matches(request, d, node_uuid)]
         wanted = [d for d in matching if _offered(request, d)]
         tiers = _tiers(request.numa_policy, wanted, cells, cell_sockets or {})
+        split = request.provider_counts if node_uuid else None
         picked, tried = None, -1
         for tier in tiers:
             if len(tier) > tried:  # tiers only grow: an equal one fails again
                 tried = len(tier)
-                picked = _pick(taken, free, tier, request.count, cells)
+                if split:
+                    picked = _pick_split(taken, free, tier, split, cells, node_uuid=node_uuid)
+                else:
+                    picked = _pick(taken, free, tier, request.count, cells)
             if picked is not None:
                 break
         if picked is None:
@@ -339,6 +359,27 @@ def _pick(taken, free, tier, count, cells):
         for address in taken[best.address]:
             left.pop(address, None)
             candidates.pop(address, None)
+    return picked
+
+
+def _pick_split(taken, free, tier, counts, cells, *, node_uuid):
+    """Of ``tier``, ``counts[provider]`` devices of each provider (best
+    first within each, as :func:`_pick`), or None."""
+    left = dict(free)
+    picked = []
+    for provider, count in sorted(counts.items()):
+        own = [
+            d
+            for d in tier
+            if d.address in left and provider_uuid(node_uuid, _view(d)["address"]) == provider
+        ]
+        got = _pick(taken, left, own, count, cells)
+        if got is None:
+            return None
+        picked += got
+        for dev in got:
+            for address in taken[dev.address]:
+                left.pop(address, None)
     return picked
 
 

@@ -153,14 +153,16 @@ def _specs(specs, where, in_placement=False):
 
 
 def _rp_uuids(value, at):
-    """The provider UUIDs of a spec's ``rp_uuids``, as a sorted tuple."""
+    """The provider UUIDs of a spec's ``rp_uuids``, as a sorted tuple that
+    keeps repeats: nova's scheduler names a provider once per device it
+    allocated from it (:attr:`~rtagent.pci.pools.PciRequest.provider_counts`)."""
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not 1 <= len(items) <= MAX_RP_UUIDS:
         raise InvalidRequest(f"must name 1 to {MAX_RP_UUIDS} provider UUIDs", at)
-    found = set()
+    found = []
     for item in items:
         try:
-            found.add(str(uuid.UUID(str(item).strip())))
+            found.append(str(uuid.UUID(str(item).strip())))
         except ValueError:
             raise InvalidRequest(f"{item!r} is not a UUID", at) from None
     return tuple(sorted(found))

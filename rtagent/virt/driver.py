@@ -37,5 +37,12 @@ class HostDriver(abc.ABC):
         """
         return [self.read_host()]
 
+    def published(self, node_uuid, tree):  # noqa: B027 - optional hook
+        """Placement now holds ``tree`` (a
+        :class:`~rtagent.placement.tree.ProviderTree`) for node
+        ``node_uuid``: for a driver that hands its hypervisor layer a
+        provider tree to fill in, the UUIDs its child providers have in
+        Placement. Most drivers need nothing from it."""
+
     def close(self):  # noqa: B027 - optional hook; drivers without connections keep it
         """Release connections. Safe to call more than once."""

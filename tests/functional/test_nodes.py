@@ -121,3 +121,25 @@ def test_a_node_the_driver_names_by_uuid_is_that_node(placement, make_conf, oper
         assert operator.get(f"/resource_providers/{b_uuid}").json()["name"] == "b2"
     finally:
         agent.close()
+
+
+def test_a_reading_taken_outside_the_audit_changes_only_what_it_changes(two_node_agent, operator):
+    # The embedded agent's build reads its node after a claim and hands the
+    # reading over (rtagent.nova.link.LocalLink.reread): the nodes it
+    # changed are returned for the prompt sync; nothing is synced here.
+    agent, _ = two_node_agent
+    result = agent.audit()
+    names = {snap.hypervisor_hostname: uuid_ for uuid_, (snap, _) in result.nodes.items()}
+    assert agent.take_reading([NODE_A, NODE_B]) == set()
+    grown = dataclasses.replace(NODE_B, local_gb=250)
+    assert agent.take_reading([grown]) == {names["node-b"]}
+    assert agent.nodes.get(names["node-b"]).snapshot().host.local_gb == 250
+    # Not in Placement until a sync runs; then it is.
+    disk = f"/resource_providers/{names['node-b']}/inventories/DISK_GB"
+    assert operator.get(disk).json()["total"] == 100
+    agent.sync_changed({names["node-b"]})
+    assert operator.get(disk).json()["total"] == 250
+    # A node the audit has not added is left to the audit; none is removed.
+    stranger = dataclasses.replace(NODE_A, hypervisor_hostname="node-c")
+    assert agent.take_reading([stranger]) == set()
+    assert len(list(agent.nodes.trackers())) == 2

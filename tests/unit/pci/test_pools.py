@@ -347,6 +347,25 @@ def test_rp_uuids_admit_only_the_devices_of_those_providers():
         pools.select(table, [three], node_uuid=node)
 
 
+def test_rp_uuids_naming_a_provider_per_device_give_exactly_those_counts():
+    # nova's scheduler allocated one VF of PF1 and two of PF2 and names PF2
+    # twice. Ranked freely, the two VFs would both come from one PF; the
+    # device allocations in Placement would then not match the claim.
+    node = "3f1c2b2a-0000-4000-8000-000000000001"
+    table = table_of(sriov_pairs())
+    pf1_rp, pf2_rp = pools.provider_uuid(node, PF1), pools.provider_uuid(node, PF2)
+    split = PciRequest("r1", 2, ({**VF_SPEC, "rp_uuids": (pf2_rp, pf1_rp)},))
+    assert split.provider_counts == {pf1_rp: 1, pf2_rp: 1}
+    # (Ranked freely, both would be PF1's: "VFs packed on one PF" above.)
+    assert pools.select(table, [split], node_uuid=node) == {"r1": (VF1B, VF2B)}
+    twice = PciRequest("r1", 2, ({**VF_SPEC, "rp_uuids": (pf2_rp, pf2_rp)},))
+    assert pools.select(table, [twice], node_uuid=node) == {"r1": (VF2A, VF2B)}
+    # Named three times, PF1 has only two VFs: refused, not made up elsewhere.
+    three = PciRequest("r1", 3, ({**VF_SPEC, "rp_uuids": (pf1_rp,) * 3},))
+    with pytest.raises(errors.DevicesUnavailable):
+        pools.select(table, [three], node_uuid=node)
+
+
 def test_a_null_tag_matches_only_devices_without_it():
     # PF2's VFs carry physical_network; PF1's do not. A tunnel port's spec
     # (physical_network None) takes one of PF1's, though PF2's rank alike.

@@ -171,7 +171,8 @@ def test_with_report_in_placement_a_spec_may_name_the_providers_placement_alloca
     (request,) = requests.parse(
         [{"spec": [spec], "count": 2}], aliases={}, instance_uuid="i", in_placement=True
     )
-    assert request.specs[0]["rp_uuids"] == (RP1, RP2)
+    # A provider named twice gave two devices: the repeat is kept.
+    assert request.specs[0]["rp_uuids"] == (RP1, RP2, RP2)
     (listed,) = requests.parse(
         [{"spec": [{"rp_uuids": [RP1]}], "count": 1}], {}, "i", in_placement=True
     )
