@@ -13,6 +13,7 @@ nova deleted, offloaded or placed elsewhere (released; the agent then heals
 its allocations on the node, as nova's tracker deleted them).
 """
 
+import dataclasses
 import logging
 
 from nova import exception, objects
@@ -27,15 +28,63 @@ _DONE = frozenset({"confirmed", "done", "completed"})
 _UNDONE = frozenset({"reverted", "error", "failed", "cancelled"})
 
 
-def reconcile(link, context, host, cn, claim):
-    """Bring the agent's claims on ``cn`` to what nova's database says.
+@dataclasses.dataclass(frozen=True)
+class NodeRecords:
+    """What nova's database says about a node, read once per periodic.
+
+    :param instances: the node's ``InstanceList`` (no attribute joined).
+    :param moving: its migrations in progress or in error.
+    """
+
+    host: str
+    cn: object
+    instances: object
+    moving: object
+
+
+def reconcile(link, context, records, claim, claiming=lambda uuid: False):
+    """Bring the agent's claims on ``records.cn`` to what nova's database
+    says, by difference: one call reads the agent's claims and moves
+    (``get_status``), and only what differs costs more: a move step for a
+    move that ended, a claim for an instance the agent does not hold, a
+    release for a claim nova's rows do not explain. In the steady state
+    that is no agent call and no database query beyond the two bulk reads
+    in ``records``.
 
     :param claim: callable(context, instance, cn, limits) that claims an
         instance through the agent (raises AgentRefused).
+    :param claiming: callable(instance UUID) -> True while a claim of it
+        is under way (its rows not written yet): such a claim is not
+        released.
     """
+    cn = records.cn
     status = link.call("get_status", node_uuid=cn.uuid)
+    held = set(status.get("instance_uuids") or ())
+    moving = _settle_moves(link, context, cn, status.get("moves") or ())
+    moving |= {m.instance_uuid for m in records.moving if not _live_migration_landed(context, m)}
+    here = {i.uuid for i in records.instances}
+    for uuid in held - here - moving:
+        # Checked after the agent's claims were read: a claim under way
+        # then is still marked now, or its rows are written and the look
+        # below finds the instance here.
+        if claiming(uuid):
+            continue
+        if _gone_from(context, uuid, records.host, cn.hypervisor_hostname):
+            LOG.info("Instance %s is no longer on node %s: claim released", uuid, cn.uuid)
+            release(link, cn, uuid)
+    for listed in records.instances:
+        if listed.uuid in held or listed.uuid in moving:
+            continue
+        if vm_states.allow_resource_removal(vm_state=listed.vm_state, task_state=listed.task_state):
+            continue
+        _adopt(context, records, listed.uuid, claim)
+
+
+def _settle_moves(link, context, cn, moves):
+    """Finish, confirm or revert the agent's moves on ``cn`` that nova
+    says ended. :returns: the instance UUIDs of those still under way."""
     moving = set()
-    for move in status.get("moves") or ():
+    for move in moves:
         migration = _migration(context, move["migration_uuid"])
         state = migration.status if migration is not None else "error"
         if _live_migration_landed(context, migration):
@@ -48,31 +97,27 @@ def reconcile(link, context, host, cn, claim):
             step(link, "revert_move", cn, move["migration_uuid"])
         else:
             moving.add(move["instance_uuid"])
-    nodename = cn.hypervisor_hostname
-    instances = objects.InstanceList.get_by_host_and_node(
-        context, host, nodename, expected_attrs=["flavor"]
-    )
-    in_progress = objects.MigrationList.get_in_progress_and_error(context, host, nodename)
-    moving |= {m.instance_uuid for m in in_progress if not _live_migration_landed(context, m)}
-    here = {i.uuid for i in instances}
-    for uuid in set(status.get("instance_uuids") or ()) - here - moving:
-        if _gone_from(context, uuid, host, nodename):
-            LOG.info("Instance %s is no longer on node %s: claim released", uuid, cn.uuid)
-            release(link, cn, uuid)
-    for instance in instances:
-        if instance.uuid in moving or vm_states.allow_resource_removal(
-            vm_state=instance.vm_state, task_state=instance.task_state
-        ):
-            continue
-        try:
-            claim(context, instance, cn, None)
-        except AgentRefused as exc:
-            LOG.error(
-                "Instance %s is on node %s in nova's database but the agent refuses its claim: %s",
-                instance.uuid,
-                nodename,
-                exc,
-            )
+    return moving
+
+
+def _adopt(context, records, instance_uuid, claim):
+    """Claim an instance nova has on the node without a claim (adopted at
+    a first start, or a claim lost). Read again first: the list was read
+    before the agent's claims, and an instance deleted in between (its
+    claim released) must not be claimed back."""
+    nodename = records.cn.hypervisor_hostname
+    instance = _still_here(context, instance_uuid, records.host, nodename)
+    if instance is None:
+        return
+    try:
+        claim(context, instance, records.cn, None)
+    except AgentRefused as exc:
+        LOG.error(
+            "Instance %s is on node %s in nova's database but the agent refuses its claim: %s",
+            instance_uuid,
+            nodename,
+            exc,
+        )
 
 
 def step(link, method, cn, migration_uuid):
@@ -115,6 +160,20 @@ def _live_migration_landed(context, migration):
     except exception.InstanceNotFound:
         return False
     return (instance.host, instance.node) == (migration.dest_compute, migration.dest_node)
+
+
+def _still_here(context, instance_uuid, host, nodename):
+    """The instance, with its flavor, if nova's database still has it on
+    ``host`` and ``nodename`` holding resources; else None."""
+    try:
+        instance = objects.Instance.get_by_uuid(context, instance_uuid, expected_attrs=["flavor"])
+    except exception.InstanceNotFound:
+        return None
+    if (instance.host, instance.node) != (host, nodename) or vm_states.allow_resource_removal(
+        vm_state=instance.vm_state, task_state=instance.task_state
+    ):
+        return None
+    return instance
 
 
 def _gone_from(context, instance_uuid, host, nodename):

@@ -19,8 +19,10 @@ Method names and signatures are nova's, so that code patching
 """
 
 import collections
+import contextlib
 import dataclasses
 import logging
+import threading
 
 from nova import exception, objects, utils
 from nova.compute import stats as compute_stats
@@ -93,6 +95,14 @@ class RtagentResourceTracker:
         self._driver_numa = {}
         # node UUIDs whose last compute-node view had no NUMA cells.
         self._without_cells = set()
+        # node UUID -> ComputeNode writes from a view (see _refresh_node).
+        self._views_saved = collections.Counter()
+        # Instance UUIDs whose claim or move claim is under way: the agent
+        # may hold it before nova's rows say where the instance is, so the
+        # periodic (which runs outside nova's lock) must not take it for
+        # an instance that left (see _in_flight).
+        self._claiming = collections.Counter()
+        self._claiming_mutex = threading.Lock()
 
     @property
     def link(self):
@@ -134,6 +144,30 @@ class RtagentResourceTracker:
         self.stats.pop(nodename, None)
         self._driver_numa.pop(nodename, None)
         self.compute_nodes.pop(nodename, None)
+
+    @contextlib.contextmanager
+    def _in_flight(self, instance_uuid):
+        """Mark a claim of ``instance_uuid`` under way, from before the call
+        to the agent until nova's rows record it (instance host and node,
+        migration context). The periodic reads the agent's claims, then
+        nova's rows; a claim it finds that nova's rows do not explain is
+        released only if it is not under way. Since the mark is set before
+        the agent holds the claim and cleared only after the rows are
+        saved, every claim the periodic sees is either marked or in the
+        rows it reads next."""
+        with self._claiming_mutex:
+            self._claiming[instance_uuid] += 1
+        try:
+            yield
+        finally:
+            with self._claiming_mutex:
+                self._claiming[instance_uuid] -= 1
+                if self._claiming[instance_uuid] <= 0:
+                    del self._claiming[instance_uuid]
+
+    def _claiming_now(self, instance_uuid):
+        with self._claiming_mutex:
+            return instance_uuid in self._claiming
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def clean_compute_node_cache(self, compute_nodes_in_db):
@@ -197,15 +231,32 @@ class RtagentResourceTracker:
         rows.update_devices(resources)
         rows.save(context)
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _update_node(self, context, nodename):
+        """The periodic's reconciliation and ComputeNode write. The agent's
+        calls run outside nova's lock (a build waits for nothing but the
+        row writes, which take it); the ordering with claims under way is
+        :meth:`_in_flight`'s."""
         cn = self.compute_nodes.get(nodename)
         if cn is None or self.disabled(nodename):
             return
         try:
-            reconcile.reconcile(self.link, context, self.host, cn, self._claim)
-            self._reconcile_pci(context, cn)
-            return self._write_node(cn)
+            # One bulk read of each: no per-instance query or lazy load for
+            # an instance the agent already holds.
+            instances = objects.InstanceList.get_by_host_and_node(
+                context, self.host, cn.hypervisor_hostname, expected_attrs=[]
+            )
+            moving = objects.MigrationList.get_in_progress_and_error(
+                context, self.host, cn.hypervisor_hostname
+            )
+            reconcile.reconcile(
+                self.link,
+                context,
+                reconcile.NodeRecords(self.host, cn, instances, moving),
+                self._claim,
+                claiming=self._claiming_now,
+            )
+            self._reconcile_pci(context, cn, instances, moving)
+            return self._refresh_node(cn)
         except AgentRefused as exc:
             if exc.code != "tracker.node_not_found":
                 raise
@@ -220,24 +271,20 @@ class RtagentResourceTracker:
                 self.host,
             )
 
-    def _reconcile_pci(self, context, cn):
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _reconcile_pci(self, context, cn, instances, moving):
         """nova's rows of instances no longer on the node (and in no move
         through it) are freed, as nova's ``clean_usage`` (the agent
         released their claims in :func:`reconcile.reconcile`); those of
-        instances on it are allocated."""
+        instances on it are allocated. Row writes: under nova's lock."""
         rows = self._pci_rows.get(cn.hypervisor_hostname)
         if rows is None:
             return
-        nodename = cn.hypervisor_hostname
-        instances = objects.InstanceList.get_by_host_and_node(
-            context, self.host, nodename, expected_attrs=[]
-        )
         kept = [
             i
             for i in instances
             if not vm_states.allow_resource_removal(vm_state=i.vm_state, task_state=i.task_state)
         ]
-        moving = objects.MigrationList.get_in_progress_and_error(context, self.host, nodename)
         rows.clean(kept, moving)
         for instance in kept:
             # Claimed rows of an instance that is here now (a move landed)
@@ -288,7 +335,28 @@ class RtagentResourceTracker:
             # and the next update sets its state.
 
     def _write_node(self, cn):
+        """The ComputeNode record from the agent's view (the caller holds
+        nova's lock: a claim's or move's row writes)."""
         view = self.link.call("get_compute_node", node_uuid=cn.uuid)
+        self._save_view(cn, view)
+        return view
+
+    def _refresh_node(self, cn):
+        """The periodic's ComputeNode write: the view is fetched outside
+        nova's lock and saved under it, unless a claim saved a view fetched
+        later meanwhile (the periodic's would be the older one)."""
+        before = self._views_saved[cn.uuid]
+        view = self.link.call("get_compute_node", node_uuid=cn.uuid)
+        self._save_view_if_newest(cn, view, before)
+        return view
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _save_view_if_newest(self, cn, view, before):
+        if self._views_saved[cn.uuid] == before:
+            self._save_view(cn, view)
+
+    def _save_view(self, cn, view):
+        self._views_saved[cn.uuid] += 1
         if view.get("numa_topology"):
             self._without_cells.discard(cn.uuid)
         else:
@@ -300,7 +368,8 @@ class RtagentResourceTracker:
     # -- instance claims ---------------------------------------------------
 
     def instance_claim(self, context, instance, nodename, allocations, limits=None):
-        claim = self._instance_claim(context, instance, nodename, allocations, limits)
+        with self._in_flight(instance.uuid):
+            claim = self._instance_claim(context, instance, nodename, allocations, limits)
         # nova's tracker asks its virt driver for the node's provider tree at
         # each claim, so a host change since the last periodic (a disk grown)
         # is in Placement before this instance can move. The embedded agent
@@ -510,7 +579,11 @@ class RtagentResourceTracker:
             limits=limits,
         )
 
-    def _move_claim(
+    def _move_claim(self, context, instance, *args, **kwargs):
+        with self._in_flight(instance.uuid):
+            return self._start_move(context, instance, *args, **kwargs)
+
+    def _start_move(
         self,
         context,
         instance,

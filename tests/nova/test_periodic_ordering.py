@@ -1,0 +1,174 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not
+# use this file except in compliance with the License. You may obtain a copy
+# of the License at http://www.apache.org/licenses/LICENSE-2.0
+"""nova's periodic through rtagent runs outside nova's ``compute_resources``
+lock, so its ordering with claims and deletes is written down and tested
+here (docs/nova.md, "The periodic"):
+
+- a claim under way while the periodic reads the agent's claims is not
+  released, though nova's rows do not place the instance yet;
+- an instance deleted while the periodic runs is not claimed back;
+- a periodic that waits on an agent that does not answer holds no lock a
+  build needs.
+
+Each interleaving is forced with events at the seams where the threads
+meet, not left to timing. Run by ``make test-nova`` in .venv-nova, in
+process and over RPC.
+"""
+
+import threading
+import time
+
+import fixtures
+import oslo_messaging
+from nova import context as nova_context
+from nova import utils
+from nova.tests.functional import integrated_helpers
+
+from rtagent.nova import reconcile
+from rtagent.nova.testing import RtagentTrackerFixture, placement_started
+from rtagent.nova.tracker import COMPUTE_RESOURCE_SEMAPHORE
+from tests.nova.harness import KeepsTestMethod
+
+WAIT_S = 30
+
+
+class _Ordering(KeepsTestMethod):
+    compute_driver = "fake.MediumFakeDriver"
+    mode = None
+
+    def setUp(self):
+        super().setUp()
+        self.rtagent = self.useFixture(RtagentTrackerFixture(self.mode))
+        placement_started(self.placement.fixture.endpoint)
+        self.compute = self._start_compute("host1")
+        self.flavor = self.api.get_flavors()[0]
+        self.node = self._get_provider_uuid_by_host("host1")
+        self.ctxt = nova_context.get_admin_context()
+
+    @property
+    def rt(self):
+        return self.compute.manager.rt
+
+    def _held(self):
+        status = self.rtagent.link("host1").call("get_status", node_uuid=self.node)
+        return set(status["instance_uuids"])
+
+    def _periodic_paused_in_reconcile(self, before, after=lambda: None):
+        """Start nova's periodic in a thread; ``before`` runs when it enters
+        the reconciliation (nova's rows already read, the agent's claims
+        not yet), ``after`` when it leaves it."""
+        real = reconcile.reconcile
+
+        def paused(*args, **kwargs):
+            before()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                after()
+
+        self.useFixture(fixtures.MockPatch("rtagent.nova.reconcile.reconcile", paused))
+        periodic = threading.Thread(
+            target=self.compute.manager.update_available_resource, args=(self.ctxt,)
+        )
+        periodic.start()
+        return periodic
+
+    def _wait_until(self, predicate, what):
+        deadline = time.monotonic() + WAIT_S
+        while not predicate():
+            if time.monotonic() > deadline:
+                self.fail(f"not within {WAIT_S} s: {what}")
+            time.sleep(0.05)
+
+    def test_a_claim_under_way_is_not_released_by_the_periodic(self):
+        entered, claimed, reconciled = threading.Event(), threading.Event(), threading.Event()
+
+        def before():
+            entered.set()
+            # The build's claim reaches the agent now: after the periodic
+            # read nova's rows, before it reads the agent's claims.
+            self.assertTrue(claimed.wait(WAIT_S))
+
+        periodic = self._periodic_paused_in_reconcile(before, reconciled.set)
+        self.assertTrue(entered.wait(WAIT_S))
+        real_claim = self.rt._claim
+
+        def claim_then_wait(*args, **kwargs):
+            reply = real_claim(*args, **kwargs)
+            # The agent holds the claim; nova's rows do not place the
+            # instance until this returns.
+            claimed.set()
+            self.assertTrue(reconciled.wait(WAIT_S))
+            return reply
+
+        self.useFixture(fixtures.MockPatchObject(self.rt, "_claim", claim_then_wait))
+        server = self._create_server(flavor_id=self.flavor["id"], networks="none")
+        periodic.join(WAIT_S)
+        self.assertFalse(periodic.is_alive())
+        self.assertIn(server["id"], self._held())
+        self.assertFlavorMatchesUsage(self.node, self.flavor)
+
+    def test_an_instance_deleted_during_the_periodic_is_not_claimed_back(self):
+        server = self._create_server(flavor_id=self.flavor["id"], networks="none")
+        self.assertIn(server["id"], self._held())
+        entered, go = threading.Event(), threading.Event()
+
+        def before():
+            # nova's rows, read already, still list the instance.
+            entered.set()
+            self.assertTrue(go.wait(WAIT_S))
+
+        periodic = self._periodic_paused_in_reconcile(before)
+        self.assertTrue(entered.wait(WAIT_S))
+        self._delete_server(server)
+        self._wait_until(lambda: server["id"] not in self._held(), "the delete released the claim")
+        go.set()
+        periodic.join(WAIT_S)
+        self.assertFalse(periodic.is_alive())
+        self.assertNotIn(server["id"], self._held())
+        self.assertEqual(0, self._get_provider_usages(self.node)["VCPU"])
+
+    def test_a_periodic_waiting_on_the_agent_holds_no_lock_a_build_needs(self):
+        server = self._create_server(flavor_id=self.flavor["id"], networks="none")
+        link = self.rtagent.link("host1")
+        real_call = link.call
+        asked, answer = threading.Event(), threading.Event()
+
+        def unreachable(method, **args):
+            if method != "get_status":
+                return real_call(method, **args)
+            # The agent does not answer; the client gives up in the end.
+            asked.set()
+            answer.wait(WAIT_S)
+            raise oslo_messaging.MessagingTimeout("the agent did not answer")
+
+        self.useFixture(fixtures.MockPatchObject(link, "call", unreachable))
+        periodic = threading.Thread(
+            target=self.compute.manager.update_available_resource, args=(self.ctxt,)
+        )
+        periodic.start()
+        self.assertTrue(asked.wait(WAIT_S))
+        try:
+            started = time.monotonic()
+            utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)(lambda: None)()
+            waited = time.monotonic() - started
+        finally:
+            answer.set()
+        periodic.join(WAIT_S)
+        self.assertFalse(periodic.is_alive())
+        # The lock was free while the periodic waited (nova's own tracker,
+        # and rtagent's before, held it through the whole reconciliation).
+        self.assertLess(waited, 1.0)
+        self.useFixture(fixtures.MockPatchObject(link, "call", real_call))
+        self._run_periodics()
+        self.assertIn(server["id"], self._held())
+        self.assertFlavorMatchesUsage(self.node, self.flavor)
+
+
+class OrderingInProcess(_Ordering, integrated_helpers.ProviderUsageBaseTestCase):
+    mode = "inprocess"
+
+
+class OrderingOverRpc(_Ordering, integrated_helpers.ProviderUsageBaseTestCase):
+    mode = "rpc"
