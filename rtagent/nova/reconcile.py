@@ -54,8 +54,8 @@ def reconcile(link, context, records, claim, claiming=lambda uuid: False):
     :param claim: callable(context, instance, cn, limits) that claims an
         instance through the agent (raises AgentRefused).
     :param claiming: callable(instance UUID) -> True while a claim of it
-        is under way (its rows not written yet): such a claim is not
-        released.
+        or its release is under way (its rows not written yet): such an
+        instance is neither released nor claimed here.
     """
     cn = records.cn
     status = link.call("get_status", node_uuid=cn.uuid)
@@ -73,7 +73,7 @@ def reconcile(link, context, records, claim, claiming=lambda uuid: False):
             LOG.info("Instance %s is no longer on node %s: claim released", uuid, cn.uuid)
             release(link, cn, uuid)
     for listed in records.instances:
-        if listed.uuid in held or listed.uuid in moving:
+        if listed.uuid in held or listed.uuid in moving or claiming(listed.uuid):
             continue
         if vm_states.allow_resource_removal(vm_state=listed.vm_state, task_state=listed.task_state):
             continue

@@ -28,6 +28,7 @@ from nova import exception, objects, utils
 from nova.compute import stats as compute_stats
 from nova.compute import task_states, vm_states
 from nova.compute import utils as compute_utils
+from oslo_utils import excutils
 
 from rtagent.exception import RtagentError
 from rtagent.nova import (
@@ -95,7 +96,9 @@ class RtagentResourceTracker:
         self._driver_numa = {}
         # node UUIDs whose last compute-node view had no NUMA cells.
         self._without_cells = set()
-        # node UUID -> ComputeNode writes from a view (see _refresh_node).
+        # node UUID -> the ticket of the last compute-node view fetched, and
+        # of the last one saved (see _refresh_node).
+        self._view_tickets = collections.Counter()
         self._views_saved = collections.Counter()
         # Instance UUIDs whose claim or move claim is under way: the agent
         # may hold it before nova's rows say where the instance is, so the
@@ -147,14 +150,15 @@ class RtagentResourceTracker:
 
     @contextlib.contextmanager
     def _in_flight(self, instance_uuid):
-        """Mark a claim of ``instance_uuid`` under way, from before the call
-        to the agent until nova's rows record it (instance host and node,
-        migration context). The periodic reads the agent's claims, then
-        nova's rows; a claim it finds that nova's rows do not explain is
-        released only if it is not under way. Since the mark is set before
-        the agent holds the claim and cleared only after the rows are
-        saved, every claim the periodic sees is either marked or in the
-        rows it reads next."""
+        """Mark a claim of ``instance_uuid`` (or its release) under way,
+        from before the call to the agent until nova's rows record it
+        (instance host and node, migration context). The periodic reads
+        nova's rows, then the agent's claims; it releases a claim the rows
+        do not explain, or claims an instance the agent does not hold, only
+        if no change of it is under way. Since the mark is set before the
+        agent changes and cleared only after the rows are saved, every
+        claim the periodic sees is either marked or in the rows it reads
+        next (docs/nova.md, "Claims and the periodic")."""
         with self._claiming_mutex:
             self._claiming[instance_uuid] += 1
         try:
@@ -335,41 +339,70 @@ class RtagentResourceTracker:
             # and the next update sets its state.
 
     def _write_node(self, cn):
-        """The ComputeNode record from the agent's view (the caller holds
-        nova's lock: a claim's or move's row writes)."""
+        """The ComputeNode record from the agent's view, for a caller that
+        holds nova's lock already (a move step's row writes)."""
+        ticket = self._view_ticket(cn)
         view = self.link.call("get_compute_node", node_uuid=cn.uuid)
-        self._save_view(cn, view)
+        self._save_view(cn, view, ticket)
         return view
 
     def _refresh_node(self, cn):
-        """The periodic's ComputeNode write: the view is fetched outside
-        nova's lock and saved under it, unless a claim saved a view fetched
-        later meanwhile (the periodic's would be the older one)."""
-        before = self._views_saved[cn.uuid]
+        """The ComputeNode record from the agent's view, fetched outside
+        nova's lock and saved under it. Views are saved in the order their
+        fetches started: one that a later fetch's view was saved before is
+        dropped, so the record never goes back to an older view."""
+        ticket = self._view_ticket(cn)
         view = self.link.call("get_compute_node", node_uuid=cn.uuid)
-        self._save_view_if_newest(cn, view, before)
+        self._save_view_locked(cn, view, ticket)
         return view
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _save_view_if_newest(self, cn, view, before):
-        if self._views_saved[cn.uuid] == before:
-            self._save_view(cn, view)
+    def _view_ticket(self, cn):
+        with self._claiming_mutex:
+            self._view_tickets[cn.uuid] += 1
+            return self._view_tickets[cn.uuid]
 
-    def _save_view(self, cn, view):
-        self._views_saved[cn.uuid] += 1
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _save_view_locked(self, cn, view, ticket):
+        self._save_view(cn, view, ticket)
+
+    def _save_view(self, cn, view, ticket):
+        if ticket <= self._views_saved[cn.uuid]:
+            return
+        self._views_saved[cn.uuid] = ticket
         if view.get("numa_topology"):
             self._without_cells.discard(cn.uuid)
         else:
             self._without_cells.add(cn.uuid)
         computenode.apply_view(cn, view, self._driver_numa.get(cn.hypervisor_hostname))
         computenode.save_if_changed(cn)
-        return view
 
     # -- instance claims ---------------------------------------------------
 
     def instance_claim(self, context, instance, nodename, allocations, limits=None):
+        """The agent claims (it serialises claims under its own lock); nova's
+        lock is taken only for nova's rows, never across a call to the
+        agent, so one build does not wait for another's round trip
+        (docs/nova.md, "Claims and the periodic")."""
+        if self.disabled(nodename):
+            raise exception.ComputeResourcesUnavailable(
+                reason=f"Attempt to claim resources for instance {instance.uuid} "
+                f"on unknown node {nodename} failed"
+            )
+        cn = self.compute_nodes[nodename]
         with self._in_flight(instance.uuid):
-            claim = self._instance_claim(context, instance, nodename, allocations, limits)
+            try:
+                placed = self._claim(context, instance, cn, limits)
+            except AgentRefused as exc:
+                if exc.code not in _REFUSED:
+                    raise
+                raise _unavailable(exc) from exc
+            try:
+                self._record_claim(context, instance, cn, placed)
+            except Exception:
+                # nova's rows do not place the instance here: the claim goes.
+                with excutils.save_and_reraise_exception():
+                    reconcile.release(self.link, cn, instance.uuid)
+        self._refresh_node(cn)
         # nova's tracker asks its virt driver for the node's provider tree at
         # each claim, so a host change since the last periodic (a disk grown)
         # is in Placement before this instance can move. The embedded agent
@@ -377,24 +410,13 @@ class RtagentResourceTracker:
         # the agent's claim is committed and outside nova's lock (nova reads
         # under it), published by the prompt sync if it changed anything.
         self.link.reread(nodename)
-        return claim
+        return claims.Claim(context, instance, nodename, self)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _instance_claim(self, context, instance, nodename, allocations, limits=None):
-        if self.disabled(nodename):
-            raise exception.ComputeResourcesUnavailable(
-                reason=f"Attempt to claim resources for instance {instance.uuid} "
-                f"on unknown node {nodename} failed"
-            )
-        cn = self.compute_nodes[nodename]
-        try:
-            placed = self._claim(context, instance, cn, limits)
-        except AgentRefused as exc:
-            if exc.code not in _REFUSED:
-                raise
-            raise _unavailable(exc) from exc
-        # The cells and pinning the agent chose, as nova's own claim sets
-        # them: the virt driver builds the guest from them.
+    def _record_claim(self, context, instance, cn, placed):
+        """nova's rows of a claim the agent made: the instance on the node,
+        with the cells and pinning the agent chose (the virt driver builds
+        the guest from them, as from nova's own claim), and its devices."""
         instance.numa_topology = self._placed_topology(
             cn, instance.flavor, instance.image_meta, placed
         )
@@ -403,9 +425,7 @@ class RtagentResourceTracker:
         instance.node = cn.hypervisor_hostname
         instance.compute_id = cn.id
         instance.save()
-        self._take_pci_rows(context, instance, nodename, placed)
-        self._write_node(cn)
-        return claims.Claim(context, instance, nodename, self)
+        self._take_pci_rows(context, instance, cn.hypervisor_hostname, placed)
 
     def _take_pci_rows(self, context, instance, nodename, placed):
         """nova's rows of the devices the agent gave the instance become
@@ -444,6 +464,10 @@ class RtagentResourceTracker:
             return
         rows.free_devices(getattr(mc, f"{prefix}pci_devices", None), instance)
         rows.save(context)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _free_pci_rows_locked(self, context, instance, nodename):
+        self._free_pci_rows(context, instance, nodename)
 
     def _free_pci_rows(self, context, instance, nodename):
         rows = self._pci_rows.get(nodename)
@@ -485,21 +509,24 @@ class RtagentResourceTracker:
             return None
         return numa.instance_topology(flavor, image_meta, (reply or {}).get("numa"))
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def abort_instance_claim(self, context, instance, nodename):
         cn = self.compute_nodes.get(nodename)
+        with self._in_flight(instance.uuid):
+            if cn is not None:
+                reconcile.release(self.link, cn, instance.uuid)
+            self._unrecord_claim(context, instance, nodename)
         if cn is not None:
-            reconcile.release(self.link, cn, instance.uuid)
+            self._refresh_node(cn)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _unrecord_claim(self, context, instance, nodename):
         self._free_pci_rows(context, instance, nodename)
         instance.clear_numa_topology()
         instance.host = None
         instance.node = None
         instance.compute_id = None
         instance.save()
-        if cn is not None:
-            self._write_node(cn)
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def update_usage(self, context, instance, nodename):
         cn = self.compute_nodes.get(nodename)
         if cn is None:
@@ -519,8 +546,8 @@ class RtagentResourceTracker:
         if vm_states.allow_resource_removal(
             vm_state=instance.vm_state, task_state=instance.task_state
         ):
-            self._free_pci_rows(context, instance, nodename)
-        self._write_node(cn)
+            self._free_pci_rows_locked(context, instance, nodename)
+        self._refresh_node(cn)
 
     def build_failed(self, nodename):
         self._node_call("build_failed", nodename)
@@ -535,7 +562,6 @@ class RtagentResourceTracker:
 
     # -- moves -------------------------------------------------------------
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def rebuild_claim(
         self, context, instance, nodename, allocations, limits=None, image_meta=None, migration=None
     ):
@@ -550,7 +576,6 @@ class RtagentResourceTracker:
             limits=limits,
         )
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def resize_claim(
         self,
         context,
@@ -566,7 +591,6 @@ class RtagentResourceTracker:
             context, instance, flavor, nodename, migration, image_meta=image_meta, limits=limits
         )
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def live_migration_claim(self, context, instance, nodename, migration, limits, allocs):
         return self._move_claim(
             context,
@@ -594,6 +618,9 @@ class RtagentResourceTracker:
         image_meta=None,
         limits=None,
     ):
+        """A move's claim at this destination: the migration row (under
+        nova's lock), the agent's ``start_move`` (outside it), then the
+        instance's migration context and device rows (under it)."""
         image_meta = image_meta or {}
         if self.disabled(nodename):
             raise exception.ComputeResourcesUnavailable(
@@ -601,15 +628,8 @@ class RtagentResourceTracker:
                 f"on unknown node {nodename} failed"
             )
         cn = self.compute_nodes[nodename]
-        migration = migrations.destination(
-            context,
-            instance,
-            new_flavor,
-            cn,
-            migration,
-            move_type=move_type,
-            host=self.host,
-            host_ip=self.driver.get_host_ip_addr(),
+        migration = self._destination_locked(
+            context, instance, new_flavor, cn, migration, move_type
         )
         move_image = image_meta or instance.image_meta
         new_requests = migrations.new_pci_requests(instance, new_flavor)
@@ -637,6 +657,40 @@ class RtagentResourceTracker:
                 raise
             raise _unavailable(exc) from exc
         new_numa = self._placed_topology(cn, new_flavor, move_image, placed)
+        try:
+            self._record_move(context, instance, cn, migration, placed, new_numa, new_requests)
+        except Exception:
+            # nova's rows do not record the move here: the agent drops it.
+            with excutils.save_and_reraise_exception():
+                reconcile.step(self.link, "revert_move", cn, migration.uuid)
+        self._refresh_node(cn)
+        return claims.MoveClaim(
+            context,
+            instance,
+            nodename,
+            self,
+            flavor=new_flavor,
+            image_meta=image_meta,
+            migration=migration,
+            numa=new_numa,
+        )
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _destination_locked(self, context, instance, new_flavor, cn, migration, move_type):
+        return migrations.destination(
+            context,
+            instance,
+            new_flavor,
+            cn,
+            migration,
+            move_type=move_type,
+            host=self.host,
+            host_ip=self.driver.get_host_ip_addr(),
+        )
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _record_move(self, context, instance, cn, migration, placed, new_numa, new_requests):
+        nodename = cn.hypervisor_hostname
         # A live migration's devices are claimed when ComputeManager asks
         # (claim_pci_devices), as nova's tracker does.
         new_devices = (
@@ -657,17 +711,6 @@ class RtagentResourceTracker:
             # Allocated at once, as nova's tracker does when it starts to
             # count an incoming move (after the context took the old ones).
             self._allocate_pci_rows(context, instance, nodename)
-        self._write_node(cn)
-        return claims.MoveClaim(
-            context,
-            instance,
-            nodename,
-            self,
-            flavor=new_flavor,
-            image_meta=image_meta,
-            migration=migration,
-            numa=new_numa,
-        )
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def drop_move_claim_at_source(self, context, instance, migration):

@@ -9,7 +9,7 @@ here (docs/nova.md, "The periodic"):
   released, though nova's rows do not place the instance yet;
 - an instance deleted while the periodic runs is not claimed back;
 - a periodic that waits on an agent that does not answer holds no lock a
-  build needs.
+  build needs, and neither does a build's claim waiting on the agent.
 
 Each interleaving is forced with events at the seams where the threads
 meet, not left to timing. Run by ``make test-nova`` in .venv-nova, in
@@ -150,9 +150,7 @@ class _Ordering(KeepsTestMethod):
         periodic.start()
         self.assertTrue(asked.wait(WAIT_S))
         try:
-            started = time.monotonic()
-            utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)(lambda: None)()
-            waited = time.monotonic() - started
+            waited = self._lock_wait_s()
         finally:
             answer.set()
         periodic.join(WAIT_S)
@@ -164,6 +162,37 @@ class _Ordering(KeepsTestMethod):
         self._run_periodics()
         self.assertIn(server["id"], self._held())
         self.assertFlavorMatchesUsage(self.node, self.flavor)
+
+
+    def _lock_wait_s(self):
+        started = time.monotonic()
+        utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)(lambda: None)()
+        return time.monotonic() - started
+
+    def test_a_claim_waiting_on_the_agent_holds_no_lock(self):
+        link = self.rtagent.link("host1")
+        real_call = link.call
+        asked, answer = threading.Event(), threading.Event()
+
+        def slow_claim(method, **args):
+            if method == "instance_claim":
+                # A broker round trip that takes long.
+                asked.set()
+                answer.wait(WAIT_S)
+            return real_call(method, **args)
+
+        self.useFixture(fixtures.MockPatchObject(link, "call", slow_claim))
+        body = self._build_server(flavor_id=self.flavor["id"], networks="none")
+        server = self.api.post_server({"server": body})
+        self.assertTrue(asked.wait(WAIT_S))
+        try:
+            waited = self._lock_wait_s()
+        finally:
+            answer.set()
+        # Another build, a periodic's row writes: none waits for the call.
+        self.assertLess(waited, 1.0)
+        self._wait_for_state_change(server, "ACTIVE")
+        self.assertIn(server["id"], self._held())
 
 
 class OrderingInProcess(_Ordering, integrated_helpers.ProviderUsageBaseTestCase):
