@@ -163,7 +163,6 @@ class _Ordering(KeepsTestMethod):
         self.assertIn(server["id"], self._held())
         self.assertFlavorMatchesUsage(self.node, self.flavor)
 
-
     def _lock_wait_s(self):
         started = time.monotonic()
         utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)(lambda: None)()
