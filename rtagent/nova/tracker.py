@@ -259,7 +259,7 @@ class RtagentResourceTracker:
                 self._claim,
                 claiming=self._claiming_now,
             )
-            self._reconcile_pci(context, cn, instances, moving)
+            self._reconcile_pci(context, cn)
             return self._refresh_node(cn)
         except AgentRefused as exc:
             if exc.code != "tracker.node_not_found":
@@ -276,14 +276,27 @@ class RtagentResourceTracker:
             )
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _reconcile_pci(self, context, cn, instances, moving):
+    def _reconcile_pci(self, context, cn):
         """nova's rows of instances no longer on the node (and in no move
         through it) are freed, as nova's ``clean_usage`` (the agent
         released their claims in :func:`reconcile.reconcile`); those of
-        instances on it are allocated. Row writes: under nova's lock."""
+        instances on it are allocated.
+
+        Under nova's lock, reads included: which rows to free is decided on
+        the instances and the migrations read together, with no move step
+        (which changes them under this lock) in between. Read apart, a move
+        that ends between the two reads leaves its instance in neither, and
+        its devices are freed (nova bug 1896463, which nova's
+        ``regressions.test_bug_1896463`` forces). Only nodes with PCI rows
+        pay the two queries here."""
         rows = self._pci_rows.get(cn.hypervisor_hostname)
         if rows is None:
             return
+        nodename = cn.hypervisor_hostname
+        instances = objects.InstanceList.get_by_host_and_node(
+            context, self.host, nodename, expected_attrs=[]
+        )
+        moving = objects.MigrationList.get_in_progress_and_error(context, self.host, nodename)
         kept = [
             i
             for i in instances
