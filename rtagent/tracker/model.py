@@ -336,3 +336,7 @@ class NodeSnapshot:
     @property
     def hypervisor_hostname(self):
         return self.host.hypervisor_hostname if self.host else None
+
+    @property
+    def running_vms(self):
+        return len(self.instances)

@@ -26,20 +26,43 @@ def io_workload(instances):
     return sum(1 for i in instances if i.vm_state == "building" or i.task_state in IO_TASK_STATES)
 
 
+def keys_of(instance):
+    """The stats keys ``instance`` counts one in (see :func:`stats`)."""
+    keys = [
+        "num_instances",
+        f"num_vm_{instance.vm_state}",
+        f"num_task_{instance.task_state}",
+        f"num_proj_{instance.project_id}",
+    ]
+    if instance.vm_state == "building" or instance.task_state in IO_TASK_STATES:
+        keys.append("io_workload")
+    return keys
+
+
+def counts_of(instances):
+    """{key: instances counted in it} over ``instances`` (O(N)); carried
+    from one state to the next by :mod:`rtagent.tracker.sums`."""
+    counts = collections.Counter()
+    for instance in instances:
+        counts.update(keys_of(instance))
+    return counts
+
+
+def from_counts(counts, failed_builds=0):
+    """The stats dict (string values) of carried ``counts``: keys counting
+    nobody left out, ``num_instances`` and ``io_workload`` always there."""
+    present = {key: value for key, value in counts.items() if value}
+    present.setdefault("num_instances", 0)
+    present.setdefault("io_workload", 0)
+    result = {key: str(value) for key, value in sorted(present.items())}
+    result["failed_builds"] = str(failed_builds)
+    return result
+
+
 def stats(instances, failed_builds=0):
     """The stats dict (string values) for ``instances`` on this node.
 
     :param failed_builds: consecutive failed builds (nova's
         ``failed_builds``; reset by a successful build).
     """
-    counts = collections.Counter()
-    for instance in instances:
-        counts["num_instances"] += 1
-        counts[f"num_vm_{instance.vm_state}"] += 1
-        counts[f"num_task_{instance.task_state}"] += 1
-        counts[f"num_proj_{instance.project_id}"] += 1
-    counts["io_workload"] = io_workload(instances)
-    counts["num_instances"] += 0  # present even when zero
-    result = {key: str(value) for key, value in sorted(counts.items())}
-    result["failed_builds"] = str(failed_builds)
-    return result
+    return from_counts(counts_of(instances), failed_builds)

@@ -12,6 +12,7 @@ import types
 
 from rtagent.numa.claim import NumaUsage
 from rtagent.resources import frozen_map
+from rtagent.tracker import stats as stats_mod
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -28,6 +29,9 @@ class InstanceSums:
     :param pci: instance UUID -> the PCI devices it holds, for the
         instances that hold any (so that the node's device table is rebuilt
         from the few that do, not from every instance).
+    :param stats: nova's stats key -> instances counted in it
+        (:func:`rtagent.tracker.stats.counts_of`), so that the compute-node
+        view after a claim does not count every instance again.
     """
 
     of: object
@@ -35,6 +39,7 @@ class InstanceSums:
     ids: types.MappingProxyType
     numa: NumaUsage = dataclasses.field(default_factory=NumaUsage)
     pci: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
+    stats: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
 
     @classmethod
     def over(cls, instances):
@@ -44,7 +49,8 @@ class InstanceSums:
             _add(amounts, ids, instance, 1)
         numa = NumaUsage.of(i.numa for i in instances.values() if i.numa is not None)
         pci = frozen_map({i.uuid: i.pci_devices for i in instances.values() if i.pci_devices})
-        return cls(instances, frozen_map(amounts), _freeze_ids(ids), numa, pci)
+        counts = frozen_map(stats_mod.counts_of(instances.values()))
+        return cls(instances, frozen_map(amounts), _freeze_ids(ids), numa, pci, counts)
 
     def valid_for(self, instances):
         return self.of is instances
@@ -73,7 +79,14 @@ class InstanceSums:
             if added is not None and added.pci_devices:
                 held[added.uuid] = added.pci_devices
             pci = frozen_map(held)
-        return InstanceSums(instances, frozen_map(amounts), ids, numa, pci)
+        counts = dict(self.stats)
+        for instance, sign in ((removed, -1), (added, 1)):
+            if instance is not None:
+                for key in stats_mod.keys_of(instance):
+                    counts[key] = counts.get(key, 0) + sign
+                    if not counts[key]:
+                        del counts[key]
+        return InstanceSums(instances, frozen_map(amounts), ids, numa, pci, frozen_map(counts))
 
     def ids_in_use(self):
         """Resource class -> set of identifiers some instance holds."""

@@ -30,7 +30,7 @@ from rtagent.pci import requests as pcirequests
 from rtagent.resources import frozen_map
 from rtagent.tracker import claims, drift, errors, ledger, moves, requests, view
 from rtagent.tracker.model import Claim, check_uuid
-from rtagent.tracker.state import NodeState, changes, fit_context, snapshot_of
+from rtagent.tracker.state import NodeState, changes, fit_context, snapshot_of, view_inputs
 
 LOG = logging.getLogger(__name__)
 
@@ -705,10 +705,17 @@ class Tracker:
         return self._host_metrics
 
     def compute_node_view(self, host_ip):
-        """The compute-node dict a Nova scheduler reads (see :mod:`.view`)."""
-        pci = self._state.pci
+        """The compute-node dict a Nova scheduler reads (see :mod:`.view`).
+        From the published snapshot if it is current, else from the sums
+        the state carries (O(moves)): a view is asked for after every claim
+        through nova's tracker, and a new snapshot sorts and sums every
+        instance."""
+        state = self._state
+        published_state, snap = self._published
+        inputs = snap if published_state is state else view_inputs(state, self._count_untracked)
+        pci = state.pci
         return view.compute_node(
-            self.snapshot(),
+            inputs,
             host_ip,
             metrics=self._host_metrics,
             pci_in_placement=pci.report_in_placement if pci is not None else False,

@@ -57,7 +57,7 @@ def compute_node(snapshot, host_ip, now=None, metrics=(), pci_in_placement=False
         "local_gb_used": local_used,
         "free_disk_gb": free_disk,
         "disk_available_least": least if least is not None else int(free_disk),
-        "running_vms": len(snapshot.instances),
+        "running_vms": snapshot.running_vms,
         "current_workload": int(snapshot.stats.get("io_workload", "0")),
         "stats": dict(snapshot.stats),
         "cpu_allocation_ratio": _ratio(invs, VCPU),
