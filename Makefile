@@ -72,7 +72,7 @@ check-genconfig: venv
 # Runs every benchmarks/*.py but fleet.py and soak.py; each prints key=value lines, the
 # last a summary, and exits non-zero on a miss or a void measurement. All
 # run; the target fails if any did, and names them.
-bench: venv
+bench: venv nova-venv
 	@failed=""; for script in benchmarks/*.py; do \
 	    [ -e "$$script" ] || continue; \
 	    [ "$$script" = benchmarks/fleet.py ] && continue; \
