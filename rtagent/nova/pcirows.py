@@ -34,6 +34,11 @@ class NovaPciRows:
         ``rt.pci_tracker`` for an SR-IOV port's device)."""
         return self._tracker
 
+    @property
+    def empty(self):
+        """No row on the node: nothing to allocate, free or clean."""
+        return not self._tracker.pci_devs
+
     def update_devices(self, resources):
         """New and removed rows for the driver's ``pci_passthrough_devices``
         (nova filters them with the same ``[pci] device_spec`` the agent

@@ -275,8 +275,14 @@ class RtagentResourceTracker:
                 self.host,
             )
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _reconcile_pci(self, context, cn):
+        rows = self._pci_rows.get(cn.hypervisor_hostname)
+        if rows is not None and not rows.empty:
+            # Without rows (most hosts), nova's lock is not taken at all.
+            self._reconcile_pci_locked(context, cn)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _reconcile_pci_locked(self, context, cn):
         """nova's rows of instances no longer on the node (and in no move
         through it) are freed, as nova's ``clean_usage`` (the agent
         released their claims in :func:`reconcile.reconcile`); those of
@@ -291,7 +297,7 @@ class RtagentResourceTracker:
         pay the two queries here."""
         rows = self._pci_rows.get(cn.hypervisor_hostname)
         if rows is None:
-            return
+            return  # the node was dropped meanwhile
         nodename = cn.hypervisor_hostname
         instances = objects.InstanceList.get_by_host_and_node(
             context, self.host, nodename, expected_attrs=[]

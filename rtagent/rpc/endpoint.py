@@ -16,6 +16,7 @@ import logging
 import math
 import re
 import time
+import typing
 
 import jsonschema
 
@@ -339,8 +340,10 @@ class AgentEndpoint:
     def _set_disabled(self, a):
         tracker = self._node(a)
         reason = (a.get("reason") or "disabled") if a["disabled"] else None
-        tracker.set_disabled(reason)
-        return {"disabled": a["disabled"], "reason": reason}
+        reply = {"disabled": a["disabled"], "reason": reason}
+        # nova's periodic repeats the service's state every minute: a repeat
+        # asks for no prompt sync.
+        return reply if tracker.set_disabled(reason) else _Unchanged(reply)
 
     def _node(self, a):
         """The tracker the call names (the primary node by default).
@@ -367,17 +370,28 @@ class AgentEndpoint:
         try:
             validate(method, args)
             args = _lower_uuids(args)
-            reply = errors.ok(handler(args))
+            result = handler(args)
         except Exception as exc:
             reply = errors.reply_for(exc, method)
             code = reply["error"]["code"]
             LOG.info("RPC %s refused (%s): %s", method, code, reply["error"]["message"])
         else:
-            if method in MUTATIONS and self._on_change is not None:
+            changed = method in MUTATIONS and not isinstance(result, _Unchanged)
+            if isinstance(result, _Unchanged):
+                result = result.reply
+            reply = errors.ok(result)
+            if changed and self._on_change is not None:
                 self._on_change(args.get("node_uuid"))
         if self._on_call is not None:
             self._on_call(method, code, time.monotonic() - started)
         return reply
+
+
+class _Unchanged(typing.NamedTuple):
+    """A mutation's ``reply`` when the call changed nothing (no
+    ``on_change``)."""
+
+    reply: dict
 
 
 _UUID_KEYS = ("instance_uuid", "migration_uuid", "source_node", "dest_node", "node_uuid")

@@ -674,9 +674,19 @@ class Tracker:
 
         Persisted: a restart keeps the node as it was. Placement shows it as
         the COMPUTE_STATUS_DISABLED trait, which nova's scheduler filters on.
+
+        :returns: whether the node's state changed (nova's periodic repeats
+            the service's state every minute; a repeat changes nothing).
         """
         disabled = None if reason is None else (str(reason) or "disabled")
-        self._update("set_disabled", None, lambda state: state.replace(disabled=disabled))
+
+        def apply(state):
+            return state if state.disabled == disabled else state.replace(disabled=disabled)
+
+        with self._locked("set_disabled"):
+            before = self._state
+            self._commit(apply(before))
+            return self._state is not before
 
     def forget_released(self, instance_uuids):
         """Healing is done for these released consumers: stop tracking them."""
