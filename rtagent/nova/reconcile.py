@@ -60,7 +60,7 @@ def reconcile(link, context, records, claim, claiming=lambda uuid: False):
     cn = records.cn
     status = link.call("get_status", node_uuid=cn.uuid)
     held = set(status.get("instance_uuids") or ())
-    moving = _settle_moves(link, context, cn, status.get("moves") or ())
+    moving = _settle_moves(link, context, cn, status.get("moves") or (), claiming)
     moving |= {m.instance_uuid for m in records.moving if not _live_migration_landed(context, m)}
     here = {i.uuid for i in records.instances}
     for uuid in held - here - moving:
@@ -80,11 +80,18 @@ def reconcile(link, context, records, claim, claiming=lambda uuid: False):
         _adopt(context, records, listed.uuid, claim)
 
 
-def _settle_moves(link, context, cn, moves):
+def _settle_moves(link, context, cn, moves, claiming):
     """Finish, confirm or revert the agent's moves on ``cn`` that nova
-    says ended. :returns: the instance UUIDs of those still under way."""
+    says ended. :returns: the instance UUIDs of those still under way
+    (and of those whose step is in flight: their caller takes it)."""
     moving = set()
     for move in moves:
+        if claiming(move["instance_uuid"]):
+            # A confirm at a same-host resize's node, stepped here first,
+            # would make the caller's confirm find no move and release the
+            # instance's own claim.
+            moving.add(move["instance_uuid"])
+            continue
         migration = _migration(context, move["migration_uuid"])
         state = migration.status if migration is not None else "error"
         if _live_migration_landed(context, migration):

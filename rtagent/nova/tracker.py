@@ -357,14 +357,6 @@ class RtagentResourceTracker:
             # A node the agent has not audited yet: the audit creates it,
             # and the next update sets its state.
 
-    def _write_node(self, cn):
-        """The ComputeNode record from the agent's view, for a caller that
-        holds nova's lock already (a move step's row writes)."""
-        ticket = self._view_ticket(cn)
-        view = self.link.call("get_compute_node", node_uuid=cn.uuid)
-        self._save_view(cn, view, ticket)
-        return view
-
     def _refresh_node(self, cn):
         """The ComputeNode record from the agent's view, fetched outside
         nova's lock and saved under it. Views are saved in the order their
@@ -731,60 +723,100 @@ class RtagentResourceTracker:
             # count an incoming move (after the context took the old ones).
             self._allocate_pci_rows(context, instance, nodename)
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    # A move's later steps: nova's rows first, under nova's lock in one
+    # piece (the periodic's PCI reconciliation reads them under it, nova bug
+    # 1896463), then the agent's step outside it. While the step is marked
+    # in flight the periodic neither steps the move nor releases or claims
+    # the instance; once the rows are written, the periodic reading them
+    # would take the same step (it is idempotent in the agent).
+
     def drop_move_claim_at_source(self, context, instance, migration):
-        migration.status = "confirmed"
-        migration.save()
+        """A move confirmed: the source lets the instance go."""
         cn = self.compute_nodes.get(migration.source_node)
+        with self._in_flight(instance.uuid):
+            self._confirm_rows(context, instance, migration)
+            if cn is not None:
+                reconcile.step(self.link, "finish_move", cn, migration.uuid)
+                if not reconcile.step(self.link, "confirm_move", cn, migration.uuid):
+                    # The agent learnt of the move at the destination only:
+                    # for this node the instance simply left.
+                    reconcile.release(self.link, cn, instance.uuid)
         if cn is not None:
-            reconcile.step(self.link, "finish_move", cn, migration.uuid)
-            if not reconcile.step(self.link, "confirm_move", cn, migration.uuid):
-                # The agent learnt of the move at the destination only: for
-                # this node the instance simply left.
-                reconcile.release(self.link, cn, instance.uuid)
-            self._free_moved_rows(context, instance, migration.source_node, "old_")
-            self._write_node(cn)
-        instance.drop_migration_context()
+            self._refresh_node(cn)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _confirm_rows(self, context, instance, migration):
+        migration.status = "confirmed"
+        migration.save()
+        if migration.source_node in self.compute_nodes:
+            self._free_moved_rows(context, instance, migration.source_node, "old_")
+        instance.drop_migration_context()
+
     def drop_move_claim_at_dest(self, context, instance, migration):
+        """A move reverted: the destination lets the instance go back."""
+        cn = self.compute_nodes.get(migration.dest_node)
+        with self._in_flight(instance.uuid):
+            try:
+                self._revert_rows(context, instance, migration)
+            finally:
+                # Also when the instance's save found another task state
+                # (nova's own tracker has dropped the claim by then), but
+                # not when the migration's status could not be saved.
+                if cn is not None and "status" not in migration.obj_what_changed():
+                    reconcile.step(self.link, "revert_move", cn, migration.uuid)
+        if cn is not None:
+            self._refresh_node(cn)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _revert_rows(self, context, instance, migration):
         migration.status = "reverted"
         migration.save()
-        cn = self.compute_nodes.get(migration.dest_node)
-        if cn is not None:
-            reconcile.step(self.link, "revert_move", cn, migration.uuid)
+        if migration.dest_node in self.compute_nodes:
             self._free_moved_rows(context, instance, migration.dest_node, "new_")
-            self._write_node(cn)
         instance.revert_migration_context()
         instance.save(expected_task_state=[task_states.RESIZE_REVERTING])
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def drop_move_claim(self, context, instance, nodename, flavor=None, prefix="new_"):
+        """A move to ``nodename`` abandoned before it ran (its claim
+        aborted, a live migration rolled back): the agent drops the moves
+        of the instance to this node, then nova's rows of its devices."""
         cn = self.compute_nodes.get(nodename)
         if cn is None:
             return
-        status = self.link.call("get_status", node_uuid=cn.uuid)
-        for move in status.get("moves") or ():
-            if move["instance_uuid"] == instance.uuid and move["dest_node"] == cn.uuid:
-                reconcile.step(self.link, "revert_move", cn, move["migration_uuid"])
-        self._free_moved_rows(context, instance, nodename, prefix)
-        self._write_node(cn)
+        with self._in_flight(instance.uuid):
+            held = pcicalls.record(self.link, cn, instance.uuid)
+            for move in held.get("moves") or ():
+                if move.get("dest_node") == cn.uuid:
+                    reconcile.step(self.link, "revert_move", cn, move["migration_uuid"])
+            self._free_moved_rows_locked(context, instance, nodename, prefix)
+        self._refresh_node(cn)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _free_moved_rows_locked(self, context, instance, nodename, prefix):
+        self._free_moved_rows(context, instance, nodename, prefix)
+
     def finish_evacuation(self, instance, node, migration):
+        """An evacuation landed here: nova's rows put the instance on
+        ``node``, then the agent's move becomes a claim."""
+        cn = self.compute_nodes.get(node) if node else None
+        with self._in_flight(instance.uuid):
+            self._evacuated_rows(instance, node, cn, migration)
+            if migration and cn is not None:
+                reconcile.step(self.link, "finish_move", cn, migration.uuid)
+        if migration and cn is not None:
+            self._refresh_node(cn)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _evacuated_rows(self, instance, node, cn, migration):
         instance.apply_migration_context()
         instance.host = self.host
         instance.node = node
-        cn = self.compute_nodes.get(node) if node else None
         instance.compute_id = cn.id if cn is not None else None
         instance.save()
         instance.drop_migration_context()
         if migration:
             migration.status = "done"
             migration.save()
-            if cn is not None:
-                reconcile.step(self.link, "finish_move", cn, migration.uuid)
-                self._write_node(cn)
 
     # -- Placement requests ComputeManager routes through the tracker --------
 
@@ -805,32 +837,43 @@ class RtagentResourceTracker:
 
     # -- PCI devices ComputeManager claims outside a claim ------------------
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def claim_pci_devices(self, context, pci_requests, instance_numa_topology=None):
         """The rows of the devices the agent chose for ``pci_requests``: at
         the destination of the instance's live migration, or for an
         interface attached to the instance where it runs (see
-        :mod:`.pcicalls`).
+        :mod:`.pcicalls`). The agent is asked outside nova's lock; the rows
+        are claimed under it.
 
         :raises PciDeviceRequestFailed: the agent chose no devices for
             these requests.
         """
         if pci_requests is None or not pci_requests.requests:
             return []
-        for nodename, cn in self.compute_nodes.items():
-            chosen = pcicalls.devices_for(self.link, context, cn, pci_requests)
-            if chosen is not None:
-                placed = {"pci_devices": chosen}
-                instance = _Uuid(pci_requests.instance_uuid)
-                return self._claim_pci_rows(context, instance, nodename, placed)
+        instance = _Uuid(pci_requests.instance_uuid)
+        with self._in_flight(instance.uuid):
+            for nodename, cn in list(self.compute_nodes.items()):
+                chosen = pcicalls.devices_for(self.link, context, cn, pci_requests)
+                if chosen is not None:
+                    return self._claim_pci_rows_locked(
+                        context, instance, nodename, {"pci_devices": chosen}
+                    )
         raise exception.PciDeviceRequestFailed(requests=pci_requests.requests)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _claim_pci_rows_locked(self, context, instance, nodename, placed):
+        return self._claim_pci_rows(context, instance, nodename, placed)
+
     def unclaim_pci_devices(self, context, pci_device, instance):
         """An interface's device given back (detached, or its attach
-        failed): the agent's claim lets it go, then nova's row."""
-        for cn in self.compute_nodes.values():
-            pcicalls.detach(self.link, cn, instance.uuid, pci_device.address)
+        failed): the agent's claim lets it go (outside nova's lock), then
+        nova's row (under it)."""
+        with self._in_flight(instance.uuid):
+            for cn in list(self.compute_nodes.values()):
+                pcicalls.detach(self.link, cn, instance.uuid, pci_device.address)
+            self._free_device_rows(context, pci_device, instance)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _free_device_rows(self, context, pci_device, instance):
         for rows in self._pci_rows.values():
             rows.free_devices([pci_device], instance)
             rows.save(context)

@@ -9,7 +9,10 @@ here (docs/nova.md, "The periodic"):
   released, though nova's rows do not place the instance yet;
 - an instance deleted while the periodic runs is not claimed back;
 - a periodic that waits on an agent that does not answer holds no lock a
-  build needs, and neither does a build's claim waiting on the agent.
+  build needs, and neither does a build's claim or a move's confirm
+  waiting on the agent;
+- a move step under way (its rows written, the agent not told yet) is left
+  to its caller by the periodic.
 
 Each interleaving is forced with events at the seams where the threads
 meet, not left to timing. Run by ``make test-nova`` in .venv-nova, in
@@ -192,6 +195,75 @@ class _Ordering(KeepsTestMethod):
         self.assertLess(waited, 1.0)
         self._wait_for_state_change(server, "ACTIVE")
         self.assertIn(server["id"], self._held())
+
+    def _resized_on_the_same_host(self):
+        """A server resized on host1 to host1, waiting for confirmation:
+        the agent holds its move with the node as source and
+        destination."""
+        self.flags(allow_resize_to_same_host=True)
+        server = self._create_server(flavor_id=self.flavor["id"], networks="none")
+        bigger = self.api.get_flavors()[1]
+        self._resize_server(server, bigger["id"])
+        moves = self.rtagent.link("host1").call("get_status", node_uuid=self.node)["moves"]
+        self.assertEqual([server["id"]], [m["instance_uuid"] for m in moves])
+        return server, bigger
+
+    def test_a_confirm_during_the_periodic_is_the_confirms_to_take(self):
+        server, bigger = self._resized_on_the_same_host()
+        written, go = threading.Event(), threading.Event()
+        real_rows = self.rt._confirm_rows
+
+        def rows_then_wait(*args, **kwargs):
+            real_rows(*args, **kwargs)
+            # nova's rows say "confirmed"; the agent is not told yet.
+            written.set()
+            self.assertTrue(go.wait(WAIT_S))
+
+        self.useFixture(fixtures.MockPatchObject(self.rt, "_confirm_rows", rows_then_wait))
+        self.api.post_server_action(server["id"], {"confirmResize": None})
+        self.assertTrue(written.wait(WAIT_S))
+        try:
+            # The periodic reads the migration confirmed: stepped here, the
+            # confirm's own step would find no move and release the
+            # instance's claim on its one node.
+            self.compute.manager.update_available_resource(self.ctxt)
+        finally:
+            go.set()
+        self._wait_for_state_change(server, "ACTIVE")
+        self._wait_until(
+            lambda: not self.rtagent.link("host1").call("get_status", node_uuid=self.node)["moves"],
+            "the confirm finished the agent's move",
+        )
+        self.assertIn(server["id"], self._held())
+        self.assertFlavorMatchesUsage(self.node, bigger)
+        self._run_periodics()
+        self.assertIn(server["id"], self._held())
+        self.assertFlavorMatchesUsage(self.node, bigger)
+
+    def test_a_confirm_waiting_on_the_agent_holds_no_lock(self):
+        server, bigger = self._resized_on_the_same_host()
+        link = self.rtagent.link("host1")
+        real_call = link.call
+        asked, answer = threading.Event(), threading.Event()
+
+        def slow_confirm(method, **args):
+            if method == "confirm_move":
+                asked.set()
+                answer.wait(WAIT_S)
+            return real_call(method, **args)
+
+        self.useFixture(fixtures.MockPatchObject(link, "call", slow_confirm))
+        self.api.post_server_action(server["id"], {"confirmResize": None})
+        self.assertTrue(asked.wait(WAIT_S))
+        try:
+            waited = self._lock_wait_s()
+        finally:
+            answer.set()
+        self.assertLess(waited, 1.0)
+        self._wait_for_state_change(server, "ACTIVE")
+        self._wait_for_migration_status(server, ["confirmed"])
+        self._wait_until(lambda: not real_call("get_status", node_uuid=self.node)["moves"], "moved")
+        self.assertFlavorMatchesUsage(self.node, bigger)
 
 
 class OrderingInProcess(_Ordering, integrated_helpers.ProviderUsageBaseTestCase):
