@@ -192,7 +192,7 @@ class Agent:
         """
         trackers = list(self.nodes.trackers())
         by_uuid = {t.node_uuid: t for t in trackers}
-        by_name = {t.snapshot().hypervisor_hostname: t for t in trackers}
+        by_name = {t.hypervisor_hostname: t for t in trackers}
         changed = set()
         for view in views:
             if view.node_uuid:
@@ -202,13 +202,13 @@ class Agent:
             if tracker is None:
                 continue  # a node the audit has not added yet
             node_uuid = tracker.node_uuid
-            before = tracker.snapshot()
             traits = getattr(view, "traits", frozenset())
             with self._mutex:
                 known_traits = self._driver_traits.get(node_uuid)
                 self._driver_traits[node_uuid] = traits
-            # A steady reading keeps the tracker's state, and its snapshot.
-            if tracker.update_host(view) is not before or traits != known_traits:
+            # No snapshot is built here (O(instances)): a build reads the
+            # node after each claim, and filling a host must stay linear.
+            if tracker.take_reading(view) or traits != known_traits:
                 changed.add(node_uuid)
         return changed
 

@@ -148,7 +148,37 @@ class Tracker:
 
     def update_host(self, host):
         """Record a fresh host reading and return the resulting snapshot."""
+        first = self._state.host is None
+        self._record_reading(host)
+        snap = self.snapshot()
+        if first:
+            for message in drift.restart_report(snap, self._count_untracked):
+                LOG.warning("Node %s: %s", snap.node_uuid, message)
+        self._report_lost_cpus(snap)
+        self._report_unclaimed_cpus(snap)
+        self._report_pci(snap)
+        return snap
 
+    def take_reading(self, host):
+        """Record a host reading taken between audits (nova's build thread
+        reads the node after its claim) without building a snapshot: a
+        claim has just changed the state, and a new snapshot sorts and sums
+        every instance. The warnings :meth:`update_host` derives from the
+        snapshot wait for the next audit.
+
+        :returns: whether the reading changed the node's state.
+        """
+        before = self._state
+        self._record_reading(host)
+        return self._state is not before
+
+    @property
+    def hypervisor_hostname(self):
+        """The node's name in its last reading (None before the first)."""
+        host = self._state.host
+        return host.hypervisor_hostname if host is not None else None
+
+    def _record_reading(self, host):
         def read(state):
             inputs = (host.domains, state.instances, state.migrations)
             # The same domain tuple (the driver reuses it while nothing
@@ -177,19 +207,10 @@ class Tracker:
                 return state
             return state.with_inputs(host=host, unavailable=None, drift=found)
 
-        first = self._state.host is None
         # Set first: a reading of now, whether or not the store takes the
         # state below.
         self._host_metrics = tuple(getattr(host, "metrics", ()))
         self._update("update_host", None, read)
-        snap = self.snapshot()
-        if first:
-            for message in drift.restart_report(snap, self._count_untracked):
-                LOG.warning("Node %s: %s", snap.node_uuid, message)
-        self._report_lost_cpus(snap)
-        self._report_unclaimed_cpus(snap)
-        self._report_pci(snap)
-        return snap
 
     def _report_lost_cpus(self, snap):
         """Warn when the claims keeping CPUs that are no longer dedicated

@@ -335,3 +335,25 @@ def test_disabled_state_survives_a_restart(tmp_path):
     third, store3 = make_tracker(tmp_path)
     assert third.snapshot().disabled is None
     store3.close()
+
+
+def test_a_reading_between_audits_builds_no_snapshot(tracker, monkeypatch):
+    """nova's build reads the node after each claim (``take_reading``): it
+    records the reading as an audit would, but builds no snapshot (which
+    sorts and sums every instance), so filling a host stays linear."""
+    from rtagent.tracker import tracker as tracker_module
+
+    tracker.instance_claim(str(uuid.uuid4()), SMALL)
+    built = []
+    real = tracker_module.snapshot_of
+    monkeypatch.setattr(tracker_module, "snapshot_of", lambda *args: built.append(1) or real(*args))
+    tracker.take_reading(HOST)  # the new claim has no guest yet: drift notes it
+    assert tracker.take_reading(HOST) is False  # the same again: nothing changed
+    grown = dataclasses.replace(HOST, local_gb=200)
+    assert tracker.take_reading(grown) is True
+    assert tracker.take_reading(grown) is False
+    assert built == []
+    assert tracker.hypervisor_hostname == HOST.hypervisor_hostname
+    # What the next reader sees is what an audit's reading would give.
+    assert tracker.snapshot().host == grown
+    assert tracker.update_host(grown) == tracker.snapshot()
