@@ -132,69 +132,62 @@ class _Ordering(KeepsTestMethod):
         self.assertNotIn(server["id"], self._held())
         self.assertEqual(0, self._get_provider_usages(self.node)["VCPU"])
 
-    def test_a_periodic_waiting_on_the_agent_holds_no_lock_a_build_needs(self):
-        server = self._create_server(flavor_id=self.flavor["id"], networks="none")
+    def _lock_free_while_the_agent_waits(self, method, start, answer_with=None):
+        """Run ``start()``, which calls the agent's ``method``; hold that
+        call until nova's ``compute_resources`` lock has been taken here,
+        and check it was free (nova's own tracker holds it across its
+        whole claim, periodic and move step). The held call then returns,
+        or raises ``answer_with``. :returns: the agent's real ``call``."""
         link = self.rtagent.link("host1")
         real_call = link.call
         asked, answer = threading.Event(), threading.Event()
 
-        def unreachable(method, **args):
-            if method != "get_status":
-                return real_call(method, **args)
-            # The agent does not answer; the client gives up in the end.
-            asked.set()
-            answer.wait(WAIT_S)
-            raise oslo_messaging.MessagingTimeout("the agent did not answer")
-
-        self.useFixture(fixtures.MockPatchObject(link, "call", unreachable))
-        periodic = threading.Thread(
-            target=self.compute.manager.update_available_resource, args=(self.ctxt,)
-        )
-        periodic.start()
-        self.assertTrue(asked.wait(WAIT_S))
-        try:
-            waited = self._lock_wait_s()
-        finally:
-            answer.set()
-        periodic.join(WAIT_S)
-        self.assertFalse(periodic.is_alive())
-        # The lock was free while the periodic waited (nova's own tracker,
-        # and rtagent's before, held it through the whole reconciliation).
-        self.assertLess(waited, 1.0)
-        self.useFixture(fixtures.MockPatchObject(link, "call", real_call))
-        self._run_periodics()
-        self.assertIn(server["id"], self._held())
-        self.assertFlavorMatchesUsage(self.node, self.flavor)
-
-    def _lock_wait_s(self):
-        started = time.monotonic()
-        utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)(lambda: None)()
-        return time.monotonic() - started
-
-    def test_a_claim_waiting_on_the_agent_holds_no_lock(self):
-        link = self.rtagent.link("host1")
-        real_call = link.call
-        asked, answer = threading.Event(), threading.Event()
-
-        def slow_claim(method, **args):
-            if method == "instance_claim":
+        def held(name, **args):
+            if name == method:
                 # A broker round trip that takes long.
                 asked.set()
                 answer.wait(WAIT_S)
-            return real_call(method, **args)
+                if answer_with is not None:
+                    raise answer_with
+            return real_call(name, **args)
 
-        self.useFixture(fixtures.MockPatchObject(link, "call", slow_claim))
-        body = self._build_server(flavor_id=self.flavor["id"], networks="none")
-        server = self.api.post_server({"server": body})
+        self.useFixture(fixtures.MockPatchObject(link, "call", held))
+        start()
         self.assertTrue(asked.wait(WAIT_S))
         try:
-            waited = self._lock_wait_s()
+            started = time.monotonic()
+            utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)(lambda: None)()
+            waited = time.monotonic() - started
         finally:
             answer.set()
         # Another build, a periodic's row writes: none waits for the call.
         self.assertLess(waited, 1.0)
-        self._wait_for_state_change(server, "ACTIVE")
+        return real_call
+
+    def test_a_periodic_waiting_on_the_agent_holds_no_lock_a_build_needs(self):
+        server = self._create_server(flavor_id=self.flavor["id"], networks="none")
+        periodic = threading.Thread(
+            target=self.compute.manager.update_available_resource, args=(self.ctxt,)
+        )
+        # The agent does not answer; the client gives up in the end.
+        real_call = self._lock_free_while_the_agent_waits(
+            "get_status", periodic.start, oslo_messaging.MessagingTimeout("no answer")
+        )
+        periodic.join(WAIT_S)
+        self.assertFalse(periodic.is_alive())
+        self.useFixture(fixtures.MockPatchObject(self.rtagent.link("host1"), "call", real_call))
+        self._run_periodics()
         self.assertIn(server["id"], self._held())
+        self.assertFlavorMatchesUsage(self.node, self.flavor)
+
+    def test_a_claim_waiting_on_the_agent_holds_no_lock(self):
+        body = self._build_server(flavor_id=self.flavor["id"], networks="none")
+        started = []
+        self._lock_free_while_the_agent_waits(
+            "instance_claim", lambda: started.append(self.api.post_server({"server": body}))
+        )
+        self._wait_for_state_change(started[0], "ACTIVE")
+        self.assertIn(started[0]["id"], self._held())
 
     def _resized_on_the_same_host(self):
         """A server resized on host1 to host1, waiting for confirmation:
@@ -242,24 +235,10 @@ class _Ordering(KeepsTestMethod):
 
     def test_a_confirm_waiting_on_the_agent_holds_no_lock(self):
         server, bigger = self._resized_on_the_same_host()
-        link = self.rtagent.link("host1")
-        real_call = link.call
-        asked, answer = threading.Event(), threading.Event()
-
-        def slow_confirm(method, **args):
-            if method == "confirm_move":
-                asked.set()
-                answer.wait(WAIT_S)
-            return real_call(method, **args)
-
-        self.useFixture(fixtures.MockPatchObject(link, "call", slow_confirm))
-        self.api.post_server_action(server["id"], {"confirmResize": None})
-        self.assertTrue(asked.wait(WAIT_S))
-        try:
-            waited = self._lock_wait_s()
-        finally:
-            answer.set()
-        self.assertLess(waited, 1.0)
+        real_call = self._lock_free_while_the_agent_waits(
+            "confirm_move",
+            lambda: self.api.post_server_action(server["id"], {"confirmResize": None}),
+        )
         self._wait_for_state_change(server, "ACTIVE")
         self._wait_for_migration_status(server, ["confirmed"])
         self._wait_until(lambda: not real_call("get_status", node_uuid=self.node)["moves"], "moved")
