@@ -165,7 +165,6 @@ def main():
 
     register_opts(CONF)
     links = DaemonLinks(CONF)
-    install(links)
     parse_args = nova_config.parse_args
 
     def parse_then_check(argv, *args, **kwargs):
@@ -176,6 +175,11 @@ def main():
             links.check()
         except AgentConfigError as exc:
             sys.exit(f"rtagent-nova-compute: {exc}")
+        # Only now: installing imports nova's compute manager, whose
+        # periodic tasks read their spacing (update_resources_interval and
+        # the other *_interval options) from CONF when it is imported.
+        # Stock nova-compute imports it after parsing nova.conf as well.
+        install(links)
 
     nova_config.parse_args = parse_then_check
     nova_compute.main()
