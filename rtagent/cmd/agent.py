@@ -27,7 +27,7 @@ from oslo_reports import opts as gmr_opts
 
 from rtagent import conf as rtconf
 from rtagent import exception
-from rtagent.cmd import checks
+from rtagent.cmd import checks, say_error
 from rtagent.cmd.version import startup_line, version_string
 from rtagent.conf import daemon as daemon_conf
 from rtagent.conf import health as health_conf
@@ -134,18 +134,18 @@ def main(argv=None):
             return check_config.main(conf, (_validate, checks.check_host))
         _validate(conf)
     except (cfg.Error, exception.RtagentError) as exc:
-        print(f"rtagent: error: {exc}", file=sys.stderr)
+        say_error(exc)
         return EXIT_CONFIG
     try:
         logging.setup(conf, "rtagent")
     except OSError as exc:
-        print(f"rtagent: error: cannot set up logging: {exc}", file=sys.stderr)
+        say_error(f"cannot set up logging: {exc}")
         return EXIT_CONFIG
     try:
         # After logging: a hypervisor that does not answer is a warning.
         checks.check_host(conf)
     except exception.RtagentError as exc:
-        print(f"rtagent: error: {exc}", file=sys.stderr)
+        say_error(exc)
         return EXIT_CONFIG
     from rtagent.cmd import check_config
 
@@ -163,7 +163,7 @@ def _dispatch(conf, argv):
     try:
         agent = builder.build_agent(conf)
     except exception.RtagentError as exc:
-        print(f"rtagent: error: {exc}", file=sys.stderr)
+        say_error(exc)
         return EXIT_CONFIG
     command = "audit --dry-run" if conf.command.dry_run else "audit"
     LOG.info("%s", startup_line(conf, agent, command))
@@ -172,7 +172,7 @@ def _dispatch(conf, argv):
             return _dry_run(agent)
         return _audit(agent)
     except exception.RtagentError as exc:
-        print(f"rtagent: error: {exc}", file=sys.stderr)
+        say_error(exc)
         return 1
     finally:
         agent.close()
@@ -228,7 +228,7 @@ def _run(conf, argv):
     try:
         return run.build_and_run(conf, reload_conf)
     except exception.RtagentError as exc:
-        print(f"rtagent: error: {exc}", file=sys.stderr)
+        say_error(exc)
         return EXIT_CONFIG
 
 

@@ -10,13 +10,13 @@ errors, one line each, with the closest known name.
 import difflib
 import glob
 import os
-import sys
 
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from rtagent import exception
+from rtagent.cmd import say_error
 from rtagent.conf import placement
 
 
@@ -118,7 +118,7 @@ def main(conf, checks):
             problems.append(str(exc))
     problems.extend(unknown_names(conf))
     for problem in problems:
-        print(f"rtagent: error: {problem}", file=sys.stderr)
+        say_error(problem)
     if problems:
         return 2
     files = ", ".join(_files(conf)) or "no config files"

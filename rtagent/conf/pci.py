@@ -36,7 +36,9 @@ ALL_OPTS = [
         "matches any device. address is either a glob "
         '"[[[[domain]:]bus]:][slot][.[function]]" where a part may be * or empty, '
         "or an object of regular expressions with the keys domain, bus, slot and "
-        "function; devname is a network interface name, and excludes address. "
+        "function (RE2 syntax, matched in linear time: no backreferences or "
+        "lookaround, at most 256 characters, repetition counts up to 1000); "
+        "devname is a network interface name, and excludes address. "
         "Every other key is a tag copied onto the devices picked: "
         "physical_network, trusted, remote_managed, managed, live_migratable, "
         "one_time_use (the booleans as true/false, yes/no, ...), resource_class and "

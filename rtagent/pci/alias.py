@@ -21,11 +21,11 @@ resource class or trait that Placement would refuse.
 """
 
 import dataclasses
-import json
 import re
 import types
 
-from rtagent.pci import model, spec
+from rtagent.excerpt import excerpt
+from rtagent.pci import jsonvalue, model, spec
 from rtagent.pci.errors import InvalidAlias
 
 REQUIRED, LEGACY, PREFERRED, SOCKET = "required", "legacy", "preferred", "socket"
@@ -180,35 +180,35 @@ def _alias(entry, text):
         raise InvalidAlias(entry, field, reason)
 
     try:
-        fields = json.loads(text)
-    except (TypeError, ValueError):
-        raise InvalidAlias(entry, None, "not valid JSON") from None
+        fields = jsonvalue.load(text)
+    except ValueError as exc:
+        raise InvalidAlias(entry, None, str(exc)) from None
     if not isinstance(fields, dict):
         fail(None, "not a JSON object (repeat the option for more aliases)")
     for key, value in fields.items():
         if key not in KEYS:
             fail(key, f"unknown key (one of {', '.join(KEYS)})")
         if not isinstance(value, str):
-            fail(key, f"{value!r} is not a string")
+            fail(key, f"{excerpt(value)} is not a string")
     if "name" not in fields:
         fail("name", "missing")
     name = fields["name"].strip()
     if not name or len(fields["name"]) > _NAME_MAX or set(name) & set(",:"):
-        fail("name", f"{fields['name']!r} must be 1-{_NAME_MAX} characters, no ',' or ':'")
+        fail("name", f"{excerpt(fields['name'])} must be 1-{_NAME_MAX} characters, no ',' or ':'")
     ids = {}
     for key in ("vendor_id", "product_id"):
         if key in fields and not _ID.match(fields[key]):
-            fail(key, f"{fields[key]!r} is not 4 hex digits")
+            fail(key, f"{excerpt(fields[key])} is not 4 hex digits")
         ids[key] = fields[key].lower() if key in fields else None
     device_type = fields.get("device_type")
     if device_type is not None and device_type not in model.ALIAS_DEVICE_TYPES:
         fail(
             "device_type",
-            f"{device_type!r} is not one of {', '.join(model.ALIAS_DEVICE_TYPES)}",
+            f"{excerpt(device_type)} is not one of {', '.join(model.ALIAS_DEVICE_TYPES)}",
         )
     numa_policy = fields.get("numa_policy", LEGACY)
     if numa_policy not in NUMA_POLICIES:
-        fail("numa_policy", f"{numa_policy!r} is not one of {', '.join(NUMA_POLICIES)}")
+        fail("numa_policy", f"{excerpt(numa_policy)} is not one of {', '.join(NUMA_POLICIES)}")
     resource_class = _convert(fields, "resource_class", spec.normalize_resource_class, fail)
     traits = _convert(fields, "traits", spec.parse_traits, fail) or ()
     live_migratable = _convert(fields, "live_migratable", spec.parse_bool, fail)

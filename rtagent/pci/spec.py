@@ -27,16 +27,24 @@ in its PCI VPD; :class:`~rtagent.pci.model.HostDevice` does not carry one.
 """
 
 import dataclasses
-import json
 import re
 import types
 
 import os_resource_classes
 import os_traits
+import re2
 from oslo_utils import strutils
 
-from rtagent.pci import model
+from rtagent.excerpt import clip, excerpt
+from rtagent.pci import jsonvalue, model
 from rtagent.pci.errors import InvalidDeviceSpec
+
+# An address part's regex: nova's are a few characters.
+MAX_PATTERN = 256
+MAX_REPEAT = 1000  # RE2's own bound on {n,m}
+_REPEAT = re.compile(r"\{([0-9]+)(?:,([0-9]*))?\}")
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # RE2 would also print each refusal to stderr
 
 # (name, maximum, digits once normalised) of each part of a PCI address.
 _PARTS = (("domain", 0xFFFF, 4), ("bus", 0xFF, 2), ("slot", 0x1F, 2), ("function", 0x7, 1))
@@ -79,24 +87,32 @@ class GlobAddress:
 
 @dataclasses.dataclass(frozen=True)
 class RegexAddress:
-    """Compiled patterns, each matched at the start of its part (re.match)."""
+    """Compiled patterns, each matched at the start of its part (as nova's
+    ``re.match``). RE2 patterns: matched in time linear in the part, so a
+    pattern that backtracks catastrophically under Python's ``re``
+    (``(?:0?){400}1``) costs a match what any other does."""
 
-    domain: re.Pattern
-    bus: re.Pattern
-    slot: re.Pattern
-    function: re.Pattern
+    domain: object
+    bus: object
+    slot: object
+    function: object
+
+    @property
+    def patterns(self):
+        # Not dataclasses.astuple: it deep-copies every field.
+        return (self.domain, self.bus, self.slot, self.function)
 
     def matches(self, address):
         found = _ADDRESS.match(address.lower())
         return bool(found) and all(
-            p.match(got) for p, got in zip(dataclasses.astuple(self), found.groups(), strict=True)
+            p.match(got) for p, got in zip(self.patterns, found.groups(), strict=True)
         )
 
     @property
     def exact(self):
         # nova looks the literal parts up in sysfs, so only plain hex parts of
         # the full width can name a PF.
-        parts = (p.pattern for p in dataclasses.astuple(self))
+        parts = (p.pattern for p in self.patterns)
         return all(
             re.fullmatch(f"[0-9a-fA-F]{{{w}}}", s)
             for s, (_, _, w) in zip(parts, _PARTS, strict=True)
@@ -156,9 +172,9 @@ def parse_device_specs(values, report_in_placement=False):
     specs = []
     for entry, text in enumerate(values):
         try:
-            loaded = json.loads(text)
-        except (TypeError, ValueError):
-            raise InvalidDeviceSpec(entry, None, "not valid JSON") from None
+            loaded = jsonvalue.load(text)
+        except ValueError as exc:
+            raise InvalidDeviceSpec(entry, None, str(exc)) from None
         for item in loaded if isinstance(loaded, list) else [loaded]:
             if not isinstance(item, dict):
                 raise InvalidDeviceSpec(entry, None, "not a JSON object or a list of them")
@@ -252,7 +268,7 @@ def parse_bool(value):
         word = value.strip().lower()
         if word in strutils.TRUE_STRINGS + strutils.FALSE_STRINGS:
             return word in strutils.TRUE_STRINGS
-    raise ValueError(f"{value!r} is not a boolean (true/false, yes/no, on/off, 1/0)")
+    raise ValueError(f"{excerpt(value)} is not a boolean (true/false, yes/no, on/off, 1/0)")
 
 
 def _custom(upper):
@@ -261,7 +277,7 @@ def _custom(upper):
 
 def _placement_name(given, name, what):
     if len(name) > 255 or not _PLACEMENT_NAME.match(name) or name == "CUSTOM_":
-        raise ValueError(f"{given!r} does not make a valid {what} ({name!r})")
+        raise ValueError(f"{excerpt(given)} does not make a valid {what} ({excerpt(name)})")
     return name
 
 
@@ -299,7 +315,7 @@ def _spec(entry, item, report_in_placement):
 
 def _hex_id(value, maximum, digits, fail, *, field, part=""):
     """A normalised hex number, None for ``*``; ``part`` names an address's."""
-    what = f"{part} {value!r}" if part else repr(value)
+    what = f"{part} {excerpt(value)}" if part else excerpt(value)
     if not isinstance(value, str):
         fail(field, f"{what} is not a string")
     value = value.strip()
@@ -316,7 +332,7 @@ def _glob_address(text, fail):
     dbs, _, function = text.partition(".")
     parts = dbs.split(":") if dbs else []
     if len(parts) > 3:
-        fail("address", f"{text!r} has more than domain:bus:slot before the dot")
+        fail("address", f"{excerpt(text)} has more than domain:bus:slot before the dot")
     parts = ["*"] * (3 - len(parts)) + parts + [function]
     return GlobAddress(
         *(
@@ -329,17 +345,32 @@ def _glob_address(text, fail):
 def _regex_address(parts, fail):
     unknown = sorted(set(parts) - {name for name, _, _ in _PARTS})
     if unknown:
-        fail("address", f"unknown key {unknown[0]!r} (domain, bus, slot, function)")
+        fail("address", f"unknown key {excerpt(unknown[0])} (domain, bus, slot, function)")
     compiled = []
     for name, _, _ in _PARTS:
         pattern = parts.get(name, ".*")
         if not isinstance(pattern, str):
-            fail("address", f"{name}: {pattern!r} is not a string")
-        try:
-            compiled.append(re.compile(pattern))
-        except re.error as exc:
-            fail("address", f"{name}: invalid regex {pattern!r} ({exc})")
+            fail("address", f"{name}: {excerpt(pattern)} is not a string")
+        compiled.append(_compile(pattern, lambda why, n=name: fail("address", f"{n}: {why}")))
     return RegexAddress(*compiled)
+
+
+def _compile(pattern, fail):
+    """``pattern`` compiled by RE2. Refused: a pattern longer than
+    :data:`MAX_PATTERN`, a repetition count above RE2's 1,000 (RE2 would
+    read ``{4294967296}`` as literal text, Python's ``re`` overflows), and
+    what RE2 does not have (backreferences, lookaround)."""
+    if len(pattern) > MAX_PATTERN:
+        fail(f"invalid regex {excerpt(pattern)} (longer than {MAX_PATTERN} characters)")
+    for count in (c for pair in _REPEAT.findall(pattern) for c in pair if c):
+        if len(count) > 4 or int(count) > MAX_REPEAT:
+            fail(f"invalid regex {excerpt(pattern)} (a repetition count above {MAX_REPEAT})")
+    try:
+        return re2.compile(pattern, options=_RE2_OPTIONS)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else exc
+        why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+        fail(f"invalid regex {excerpt(pattern)} ({clip(why, 120)})")
 
 
 def _tags(fields, fail):
@@ -371,5 +402,5 @@ def _tags(fields, fail):
 
 def _string(value):
     if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not a string")
+        raise ValueError(f"{excerpt(value)} is not a string")
     return value

@@ -13,10 +13,11 @@ the caller's own error class names its file.
 """
 
 import os
-import reprlib
 import stat
 
 import yaml
+
+from rtagent.excerpt import MAX_REASON, clip, excerpt  # noqa: F401 - re-exported
 
 # What one reading of the directory may cost. A real file is a few KiB;
 # loading 1 MiB of YAML takes about 3 s.
@@ -28,7 +29,6 @@ MAX_TOTAL_BYTES = 4 << 20
 MAX_DEPTH = 32
 MAX_ALIASES = 1000
 MAX_ALIAS_NODES = 100_000
-MAX_REASON = 1000
 # PyYAML builds a base-60 number ("1:59:59:...", YAML 1.1) in quadratic time
 # (510 KB took 8 s), so an unquoted value that could be one is refused past
 # this length; no number in the schema comes near it.
@@ -36,33 +36,6 @@ MAX_PLAIN_SCALAR = 256
 
 # libyaml when present: the same safe loader, parsing in C.
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def clip(text, limit=MAX_REASON):
-    """``text`` on one line, control characters escaped, at most ``limit``
-    characters (plus "...")."""
-    head = text[:limit]
-    if not head.isprintable():
-        head = "".join(c if c.isprintable() else repr(c)[1:-1] for c in head)
-    return head[:limit] + "..." if len(head) > limit or len(text) > limit else head
-
-
-class _Excerpt(reprlib.Repr):
-    """repr() that stays short for any YAML value: long strings, big
-    collections, deep nesting, integers of a million digits."""
-
-    def __init__(self):
-        super().__init__()
-        self.maxlevel = 2
-        self.maxstring = self.maxother = 60
-        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 4
-
-    def repr_int(self, x, level):
-        # repr() of a huge int is slow and, past 4,300 digits, raises.
-        return repr(x) if x.bit_length() <= 64 else f"<a {x.bit_length()}-bit integer>"
-
-
-excerpt = _Excerpt().repr
 
 
 def load(text, fail):

@@ -1,6 +1,7 @@
 """Errors raised by host drivers."""
 
 from rtagent import exception
+from rtagent.excerpt import clip, excerpt
 
 
 class VirtError(exception.RtagentError):
@@ -31,7 +32,13 @@ class InvalidCPUSet(VirtError):
     """``[compute] cpu_shared_set`` / ``cpu_dedicated_set`` is bad for this host."""
 
     code = "virt.invalid_cpu_set"
-    msg_fmt = "[compute] {option} = {value!r}: {reason}"
+    msg_fmt = "[compute] {option} = {value}: {reason}"
+
+    def __init__(self, message=None, **kwargs):
+        # Quoted, clipped: a set may be a megabyte long.
+        if message is None:
+            message = self.msg_fmt.format(**dict(kwargs, value=excerpt(kwargs.get("value"))))
+        super().__init__(message, **kwargs)
 
 
 class InvalidReservedHugePages(VirtError):
@@ -42,4 +49,12 @@ class InvalidReservedHugePages(VirtError):
     """
 
     code = "virt.invalid_reserved_huge_pages"
-    msg_fmt = "[DEFAULT] reserved_huge_pages = {entry!r}: {field}: {reason}"
+    msg_fmt = "[DEFAULT] reserved_huge_pages = {entry}: {field}: {reason}"
+
+    def __init__(self, message=None, **kwargs):
+        # The entry is quoted, clipped: an option value may be a megabyte.
+        if message is None:
+            shown = dict(kwargs, entry=excerpt(kwargs.get("entry")))
+            shown["field"] = clip(str(kwargs.get("field")), 60)
+            message = self.msg_fmt.format(**shown)
+        super().__init__(message, **kwargs)

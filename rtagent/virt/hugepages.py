@@ -15,10 +15,13 @@ of the host, where the host is read.
 
 import re
 
+from rtagent.excerpt import excerpt
 from rtagent.virt.errors import InvalidReservedHugePages
 
 FIELDS = ("node", "size", "count")
 _KIB_PER_UNIT = {"": 1, "K": 1, "M": 1024, "G": 1024**2}
+# No count, cell or page size comes near this many digits.
+_MAX_DIGITS = 18
 _SIZE = re.compile(r"^([0-9]+)\s*(?:([KMG])(?:I?B)?)?$", re.IGNORECASE)
 
 
@@ -45,7 +48,7 @@ def parse(entries):
                 entry=entry,
                 field="size",
                 reason=f"cell {node}'s {size_kb} KiB pages are already reserved "
-                f"by {found[node, size_kb][1]!r}",
+                f"by {excerpt(found[node, size_kb][1])}",
             )
         found[node, size_kb] = (count, entry)
     return tuple(sorted((node, size, count) for (node, size), (count, _) in found.items()))
@@ -123,21 +126,24 @@ def _parse_entry(entry):
 
 
 def _count(entry, field, value):
-    if not value.isdigit() or not value.isascii():
+    # Digits counted before int(): past 4,300 of them it raises ValueError.
+    if not value.isdigit() or not value.isascii() or len(value) > _MAX_DIGITS:
         raise InvalidReservedHugePages(
-            entry=entry, field=field, reason=f"{value!r} is not an integer >= 0"
+            entry=entry,
+            field=field,
+            reason=f"{excerpt(value)} is not an integer from 0 to {10**_MAX_DIGITS - 1}",
         )
     return int(value)
 
 
 def _size_kb(entry, value):
-    found = _SIZE.match(value)
+    found = _SIZE.match(value) if len(value) <= _MAX_DIGITS + 3 else None
     size = int(found.group(1)) * _KIB_PER_UNIT[(found.group(2) or "").upper()] if found else 0
     if size < 1:
         raise InvalidReservedHugePages(
             entry=entry,
             field="size",
-            reason=f"{value!r} is not a page size (KiB, or a number with "
+            reason=f"{excerpt(value)} is not a page size (KiB, or a number with "
             "K/KB/KiB, M/MB/MiB or G/GB/GiB)",
         )
     return size

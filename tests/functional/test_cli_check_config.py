@@ -70,7 +70,7 @@ def test_bad_values_and_unknown_names_are_all_reported(tmp_path):
         (
             "reserved_huge_pages = node:0,size:2048,count:-1\n",
             "[DEFAULT] reserved_huge_pages = 'node:0,size:2048,count:-1': count: '-1' is not "
-            "an integer >= 0",
+            "an integer from 0 to 999999999999999999",
         ),
         # the demo host has no NUMA cells
         (
@@ -229,3 +229,57 @@ def test_device_specs_are_checked_against_the_hosts_devices(tmp_path, spec, mess
         assert result.returncode == 2, result
         assert result.stderr.splitlines() == [f"rtagent: error: {message}"]
     assert not (tmp_path / "state").exists()
+
+
+DEEP = "[" * 5000 + "]" * 5000
+MEGABYTE_OF_RANGES = "0-16383," * 131072
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (f"[pci]\ndevice_spec = {DEEP}\n", "not valid JSON: nested too deeply"),
+        (f'[pci]\nalias = {{"name": {DEEP}}}\n', "not valid JSON: nested too deeply"),
+        ("[pci]\ndevice_spec = [" + "[" * 100_000 + "\n", "longer than 65536 characters"),
+        (
+            '[pci]\ndevice_spec = {"address": {"domain": "0{4294967296}"}}\n',
+            "a repetition count above 1000",
+        ),
+        (
+            f"[DEFAULT]\nreserved_huge_pages = node:0,size:2048,count:{'9' * 5000}\n",
+            "is not an integer from 0 to",
+        ),
+        (f"[compute]\ncpu_dedicated_set = {MEGABYTE_OF_RANGES}\n", "[compute] cpu_dedicated_set"),
+        (f"[compute]\ncpu_dedicated_set = {'x' * 1_000_000}\n", "bad item 'xxx"),
+    ],
+    ids=[
+        "device-spec-deep",
+        "alias-deep",
+        "device-spec-huge",
+        "repeat-overflow",
+        "huge-page-count-5000-digits",
+        "cpu-set-1mb-of-ranges",
+        "cpu-set-1mb-bad",
+    ],
+)
+@pytest.mark.parametrize("command", [["check-config"], ["audit", "--dry-run"], ["run"]])
+def test_hostile_values_are_one_bounded_line_and_exit_2(tmp_path, extra, says, command):
+    """Values that ended in a traceback (RecursionError, OverflowError,
+    ValueError), ran for over a minute, or were echoed whole (issue 34)."""
+    conf = write_conf(tmp_path, extra=extra)
+    result = rtagent("--config-file", str(conf), *command, timeout=30)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr[-2000:]
+    assert len(lines[0]) <= 500
+    assert lines[0].startswith("rtagent: error: ") and says in lines[0], lines[0]
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_backtracking_address_pattern_is_decided_at_once(tmp_path):
+    """nova reads address fields as regexes; under Python's re this one
+    never finishes on an SR-IOV host. RE2 matches it in linear time."""
+    spec = '{"address": {"domain": "(?:0?){400}1"}}'
+    conf = write_conf(tmp_path, extra=f"[pci]\ndevice_spec = {spec}\n")
+    result = rtagent("--config-file", str(conf), "check-config", timeout=30)
+    assert result.returncode == 0, result.stderr

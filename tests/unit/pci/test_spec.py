@@ -5,6 +5,7 @@ devname matching its VFs, and the host checks."""
 import dataclasses
 import json
 import re
+import time
 
 import pytest
 
@@ -83,9 +84,34 @@ def test_valid_fields(raw, expected):
 
 def test_regex_address_compiles_each_part_and_defaults_to_any():
     parsed = one({"address": {"bus": "0[12]", "function": "[2-7]"}})
-    patterns = [p.pattern for p in dataclasses.astuple(parsed.address)]
+    patterns = [p.pattern for p in parsed.address.patterns]
     assert patterns == [".*", "0[12]", ".*", "[2-7]"]
-    assert all(isinstance(p, re.Pattern) for p in dataclasses.astuple(parsed.address))
+    # RE2's: matched in linear time.
+    assert all(type(p).__module__.startswith("re2") for p in parsed.address.patterns)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("0" * 257, "longer than 256 characters"),
+        ("0{4294967296}", "a repetition count above 1000"),
+        ("0{1,1001}", "a repetition count above 1000"),
+        ("(0)\\1", "invalid escape sequence"),
+        ("(?=0)", "invalid perl operator"),
+    ],
+)
+def test_address_regexes_outside_re2_or_its_bounds_are_refused(pattern, why):
+    with pytest.raises(InvalidDeviceSpec, match=re.escape(why)) as refused:
+        one({"address": {"domain": pattern}})
+    assert len(str(refused.value)) < 300
+
+
+def test_a_pattern_that_backtracks_under_python_re_matches_in_linear_time():
+    parsed = one({"address": {"domain": "(?:0?){400}1"}})
+    started = time.process_time()
+    assert not parsed.address.matches("0000:03:00.1")
+    # Python's re takes longer than the universe's age on this one.
+    assert time.process_time() - started < 1.0
 
 
 TAGS = [
