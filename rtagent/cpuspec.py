@@ -48,7 +48,7 @@ def _cpu_id(digits, raw):
     if len(digits) > 5 and len(digits.lstrip("0")) > len(str(MAX_CPU_ID)):
         value = None  # not converted: int() of 5,000 digits raises
     else:
-        value = int(digits)
+        value = int(digits.lstrip("0") or "0")
     if value is None or value > MAX_CPU_ID:
         item = excerpt(raw.strip())
         raise ValueError(f"CPU id {clip(digits, 20)} in {item} is above {MAX_CPU_ID}")

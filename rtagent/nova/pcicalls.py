@@ -54,7 +54,7 @@ def devices_for(link, context, cn, pci_requests):
     :returns: a list of device dicts, or None when ``cn`` gives none.
     """
     instance_uuid = pci_requests.instance_uuid
-    found = record(link, cn, instance_uuid)
+    found = _record(link, cn, instance_uuid)
     moves = [m for m in found.get("moves") or () if m.get("dest_node") == cn.uuid]
     if not moves:
         moves = _start_live_move(link, context, pci_requests, cn)
@@ -84,9 +84,9 @@ def detach(link, cn, instance_uuid, address):
             raise
 
 
-def record(link, cn, instance_uuid):
-    """What the agent holds of the instance at ``cn`` (``get_instance``:
-    its claim and its moves), ``{}`` when nothing."""
+def _record(link, cn, instance_uuid):
+    """What the agent holds of the instance at ``cn`` (``get_instance``),
+    ``{}`` when nothing."""
     try:
         return link.call("get_instance", node_uuid=cn.uuid, instance_uuid=instance_uuid)
     except AgentRefused:

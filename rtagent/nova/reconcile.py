@@ -86,13 +86,17 @@ def _settle_moves(link, context, cn, moves, claiming):
     (and of those whose step is in flight: their caller takes it)."""
     moving = set()
     for move in moves:
+        migration = _migration(context, move["migration_uuid"])
+        # Checked after the migration is read: a step marks its instance
+        # before it writes the migration's row, so a row read here that
+        # says the move ended is either still marked now, or its caller has
+        # already told the agent (and the step below changes nothing). A
+        # confirm at a same-host resize's node, stepped here first, would
+        # make the caller's confirm find no move and release the instance's
+        # own claim.
         if claiming(move["instance_uuid"]):
-            # A confirm at a same-host resize's node, stepped here first,
-            # would make the caller's confirm find no move and release the
-            # instance's own claim.
             moving.add(move["instance_uuid"])
             continue
-        migration = _migration(context, move["migration_uuid"])
         state = migration.status if migration is not None else "error"
         if _live_migration_landed(context, migration):
             state = "completed"

@@ -523,9 +523,12 @@ class RtagentResourceTracker:
     def abort_instance_claim(self, context, instance, nodename):
         cn = self.compute_nodes.get(nodename)
         with self._in_flight(instance.uuid):
-            if cn is not None:
-                reconcile.release(self.link, cn, instance.uuid)
-            self._unrecord_claim(context, instance, nodename)
+            try:
+                # nova's rows first: see drop_move_claim.
+                self._unrecord_claim(context, instance, nodename)
+            finally:
+                if cn is not None:
+                    reconcile.release(self.link, cn, instance.uuid)
         if cn is not None:
             self._refresh_node(cn)
 
@@ -727,8 +730,9 @@ class RtagentResourceTracker:
     # piece (the periodic's PCI reconciliation reads them under it, nova bug
     # 1896463), then the agent's step outside it. While the step is marked
     # in flight the periodic neither steps the move nor releases or claims
-    # the instance; once the rows are written, the periodic reading them
-    # would take the same step (it is idempotent in the agent).
+    # the instance (reconcile checks the mark after it reads the rows);
+    # once the step is done, a periodic that read the rows before takes a
+    # step the agent no longer applies.
 
     def drop_move_claim_at_source(self, context, instance, migration):
         """A move confirmed: the source lets the instance go."""
@@ -784,12 +788,24 @@ class RtagentResourceTracker:
         if cn is None:
             return
         with self._in_flight(instance.uuid):
-            held = pcicalls.record(self.link, cn, instance.uuid)
-            for move in held.get("moves") or ():
-                if move.get("dest_node") == cn.uuid:
-                    reconcile.step(self.link, "revert_move", cn, move["migration_uuid"])
+            # nova's rows first, as every step here: a device the agent has
+            # freed is free in the rows by then, so no claim under way gets
+            # it from the agent while its row still names this instance.
             self._free_moved_rows_locked(context, instance, nodename, prefix)
+            for migration_uuid in self._moves_to(cn, instance.uuid):
+                reconcile.step(self.link, "revert_move", cn, migration_uuid)
         self._refresh_node(cn)
+
+    def _moves_to(self, cn, instance_uuid):
+        """The UUIDs of the agent's moves of the instance to ``cn``."""
+        try:
+            held = self.link.call("get_instance", node_uuid=cn.uuid, instance_uuid=instance_uuid)
+        except AgentRefused as exc:
+            if exc.code != "tracker.instance_not_found":
+                raise
+            return []
+        moves = held.get("moves") or ()
+        return [m["migration_uuid"] for m in moves if m.get("dest_node") == cn.uuid]
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _free_moved_rows_locked(self, context, instance, nodename, prefix):
@@ -865,12 +881,13 @@ class RtagentResourceTracker:
 
     def unclaim_pci_devices(self, context, pci_device, instance):
         """An interface's device given back (detached, or its attach
-        failed): the agent's claim lets it go (outside nova's lock), then
-        nova's row (under it)."""
+        failed): nova's row is freed (under nova's lock), then the agent's
+        claim lets it go (outside it)."""
         with self._in_flight(instance.uuid):
+            # The row first: see drop_move_claim.
+            self._free_device_rows(context, pci_device, instance)
             for cn in list(self.compute_nodes.values()):
                 pcicalls.detach(self.link, cn, instance.uuid, pci_device.address)
-            self._free_device_rows(context, pci_device, instance)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _free_device_rows(self, context, pci_device, instance):

@@ -43,6 +43,7 @@ from rtagent.pci.errors import InvalidDeviceSpec
 MAX_PATTERN = 256
 MAX_REPEAT = 1000  # RE2's own bound on {n,m}
 _REPEAT = re.compile(r"\{([0-9]+)(?:,([0-9]*))?\}")
+_OPEN_REPEAT = re.compile(r"\{,[0-9]*\}")
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # RE2 would also print each refusal to stderr
 
@@ -362,6 +363,9 @@ def _compile(pattern, fail):
     what RE2 does not have (backreferences, lookaround)."""
     if len(pattern) > MAX_PATTERN:
         fail(f"invalid regex {excerpt(pattern)} (longer than {MAX_PATTERN} characters)")
+    if _OPEN_REPEAT.search(pattern):
+        # Python's re (nova's) reads {,n} as {0,n}; RE2 as text.
+        fail(f"invalid regex {excerpt(pattern)} (write {{0,n}} for {{,n}})")
     for count in (c for pair in _REPEAT.findall(pattern) for c in pair if c):
         if len(count) > 4 or int(count) > MAX_REPEAT:
             fail(f"invalid regex {excerpt(pattern)} (a repetition count above {MAX_REPEAT})")

@@ -168,7 +168,8 @@ class AgentEndpoint:
     :param on_call: callable(method, code or None, seconds) after each
         call (metrics); ``code`` is None on success.
     :param on_change: callable(node_uuid) after each successful mutation
-        (notifications). Must not block.
+        that changed the node (notifications, the prompt sync); a repeated
+        ``set_disabled`` changes nothing. Must not block.
     :param status_of: callable(tracker) -> status dict for ``get_status``.
     """
 

@@ -98,6 +98,8 @@ def test_regex_address_compiles_each_part_and_defaults_to_any():
         ("0{1,1001}", "a repetition count above 1000"),
         ("(0)\\1", "invalid escape sequence"),
         ("(?=0)", "invalid perl operator"),
+        # nova's re reads {,2} as {0,2}, RE2 as text: refused, not changed.
+        ("0{,2}", "write {0,n} for {,n}"),
     ],
 )
 def test_address_regexes_outside_re2_or_its_bounds_are_refused(pattern, why):
