@@ -233,6 +233,47 @@ class _Ordering(KeepsTestMethod):
         self.assertIn(server["id"], self._held())
         self.assertFlavorMatchesUsage(self.node, bigger)
 
+    def test_a_confirm_starting_while_the_periodic_reads_its_migration(self):
+        """The periodic checks the mark after it reads the migration: the
+        confirm marks its instance before it writes that row, so a row
+        that says "confirmed" comes with the mark still set."""
+        server, bigger = self._resized_on_the_same_host()
+        reading, written, go = threading.Event(), threading.Event(), threading.Event()
+        real_read, real_rows = reconcile._migration, self.rt._confirm_rows
+
+        def read_once_the_confirm_wrote(context, migration_uuid):
+            reading.set()
+            self.assertTrue(written.wait(WAIT_S))
+            return real_read(context, migration_uuid)
+
+        def rows_then_wait(*args, **kwargs):
+            real_rows(*args, **kwargs)
+            written.set()
+            self.assertTrue(go.wait(WAIT_S))
+
+        self.useFixture(
+            fixtures.MockPatch("rtagent.nova.reconcile._migration", read_once_the_confirm_wrote)
+        )
+        self.useFixture(fixtures.MockPatchObject(self.rt, "_confirm_rows", rows_then_wait))
+        periodic = threading.Thread(
+            target=self.compute.manager.update_available_resource, args=(self.ctxt,)
+        )
+        periodic.start()
+        try:
+            self.assertTrue(reading.wait(WAIT_S))
+            self.api.post_server_action(server["id"], {"confirmResize": None})
+            periodic.join(WAIT_S)
+            self.assertFalse(periodic.is_alive())
+        finally:
+            go.set()
+        self._wait_for_state_change(server, "ACTIVE")
+        self._wait_until(
+            lambda: not self.rtagent.link("host1").call("get_status", node_uuid=self.node)["moves"],
+            "the confirm finished the agent's move",
+        )
+        self.assertIn(server["id"], self._held())
+        self.assertFlavorMatchesUsage(self.node, bigger)
+
     def test_a_confirm_waiting_on_the_agent_holds_no_lock(self):
         server, bigger = self._resized_on_the_same_host()
         real_call = self._lock_free_while_the_agent_waits(
