@@ -782,8 +782,9 @@ class RtagentResourceTracker:
 
     def drop_move_claim(self, context, instance, nodename, flavor=None, prefix="new_"):
         """A move to ``nodename`` abandoned before it ran (its claim
-        aborted, a live migration rolled back): the agent drops the moves
-        of the instance to this node, then nova's rows of its devices."""
+        aborted, a live migration rolled back): nova's rows of the move's
+        devices are freed, then the agent drops the instance's moves to
+        this node."""
         cn = self.compute_nodes.get(nodename)
         if cn is None:
             return
