@@ -201,6 +201,17 @@ class _Ordering(KeepsTestMethod):
         self.assertEqual([server["id"]], [m["instance_uuid"] for m in moves])
         return server, bigger
 
+    def _confirmed_with_its_claim(self, server, bigger):
+        """The confirm ended, and the agent still holds the server's claim
+        at the new flavor (not released by a step taken twice)."""
+        self._wait_for_state_change(server, "ACTIVE")
+        self._wait_until(
+            lambda: not self.rtagent.link("host1").call("get_status", node_uuid=self.node)["moves"],
+            "the confirm finished the agent's move",
+        )
+        self.assertIn(server["id"], self._held())
+        self.assertFlavorMatchesUsage(self.node, bigger)
+
     def test_a_confirm_during_the_periodic_is_the_confirms_to_take(self):
         server, bigger = self._resized_on_the_same_host()
         written, go = threading.Event(), threading.Event()
@@ -222,13 +233,7 @@ class _Ordering(KeepsTestMethod):
             self.compute.manager.update_available_resource(self.ctxt)
         finally:
             go.set()
-        self._wait_for_state_change(server, "ACTIVE")
-        self._wait_until(
-            lambda: not self.rtagent.link("host1").call("get_status", node_uuid=self.node)["moves"],
-            "the confirm finished the agent's move",
-        )
-        self.assertIn(server["id"], self._held())
-        self.assertFlavorMatchesUsage(self.node, bigger)
+        self._confirmed_with_its_claim(server, bigger)
         self._run_periodics()
         self.assertIn(server["id"], self._held())
         self.assertFlavorMatchesUsage(self.node, bigger)
@@ -266,13 +271,7 @@ class _Ordering(KeepsTestMethod):
             self.assertFalse(periodic.is_alive())
         finally:
             go.set()
-        self._wait_for_state_change(server, "ACTIVE")
-        self._wait_until(
-            lambda: not self.rtagent.link("host1").call("get_status", node_uuid=self.node)["moves"],
-            "the confirm finished the agent's move",
-        )
-        self.assertIn(server["id"], self._held())
-        self.assertFlavorMatchesUsage(self.node, bigger)
+        self._confirmed_with_its_claim(server, bigger)
 
     def test_a_confirm_waiting_on_the_agent_holds_no_lock(self):
         server, bigger = self._resized_on_the_same_host()
