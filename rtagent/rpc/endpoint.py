@@ -20,6 +20,7 @@ import typing
 
 import jsonschema
 
+from rtagent import jsonbounds
 from rtagent.rpc import errors, instance, schemas, status, transport
 from rtagent.tracker.model import Flavor
 
@@ -45,22 +46,9 @@ MUTATIONS = frozenset(
 )
 
 
-def _validator_class():
-    """Draft 2020-12 with JSON's types as a caller means them: an integer is
-    an int (2.0 is not), a number is finite (NaN and infinities are not)."""
-    base = jsonschema.Draft202012Validator
-
-    def is_integer(checker, value):
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    def is_number(checker, value):
-        return is_integer(checker, value) or (isinstance(value, float) and math.isfinite(value))
-
-    checker = base.TYPE_CHECKER.redefine_many({"integer": is_integer, "number": is_number})
-    return jsonschema.validators.extend(base, type_checker=checker)
-
-
-_VALIDATORS = {name: _validator_class()(schema) for name, schema in schemas.METHODS.items()}
+_VALIDATORS = {
+    name: jsonbounds.validator_class()(schema) for name, schema in schemas.METHODS.items()
+}
 
 _FORBIDDEN = re.compile(f"[{schemas.FORBIDDEN_CHARACTERS}]")
 

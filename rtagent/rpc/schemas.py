@@ -9,18 +9,18 @@ exist to refuse garbage, not to police capacity: fit is the tracker's job.
 
 import json
 
-from rtagent import cpuspec
+from rtagent import cpuspec, jsonbounds
 from rtagent.pci import pools
 from rtagent.pci import requests as pci_requests
 
 # Patterns are Python regular expressions anchored with \A and \Z ("$" would
-# also match before a trailing newline).
-
-# Canonical hyphenated form only; normalised to lower case by the endpoint.
-UUID = {
-    "type": "string",
-    "pattern": "\\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\\Z",
-}
+# also match before a trailing newline). The parts the store checks its
+# rows with too live in rtagent.jsonbounds.
+UUID = jsonbounds.UUID
+FORBIDDEN_CHARACTERS = jsonbounds.FORBIDDEN_CHARACTERS
+_TEXT_PATTERN = jsonbounds.TEXT_PATTERN
+_TEXT = jsonbounds.TEXT
+FLAVOR = jsonbounds.FLAVOR
 
 # A whole call's arguments, serialised as JSON, may not exceed this.
 MAX_ARGUMENTS_BYTES = 64 * 1024
@@ -33,34 +33,6 @@ MAX_ARGUMENTS_DEPTH = 32
 # Python's own decoder would fail, which is cut off at decoding.
 MAX_MESSAGE_CHARS = 1024 * 1024
 MAX_MESSAGE_DEPTH = 64
-
-# Characters no text argument may hold (nor any string or key anywhere in the
-# arguments): C0 and C1 controls, DEL, the bidirectional controls (ALM,
-# LRM, RLM, LRE..RLO, LRI..PDI), the line and paragraph separators, and
-# surrogates (a lone one is not text).
-FORBIDDEN_CHARACTERS = (
-    "\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f"
-    "\\u2028-\\u202e\\u2066-\\u2069\\ud800-\\udfff"
-)
-
-_TEXT_PATTERN = f"\\A[^{FORBIDDEN_CHARACTERS}]*\\Z"
-_TEXT = {"type": "string", "maxLength": 255, "pattern": _TEXT_PATTERN}
-
-FLAVOR = {
-    "type": "object",
-    "properties": {
-        "vcpus": {"type": "integer", "minimum": 1, "maximum": 4096},
-        # MiB; up to 64 TiB.
-        "memory_mb": {"type": "integer", "minimum": 1, "maximum": 64 * 1024 * 1024},
-        # GiB; up to 1 PiB each.
-        "root_gb": {"type": "integer", "minimum": 0, "maximum": 1024 * 1024},
-        "ephemeral_gb": {"type": "integer", "minimum": 0, "maximum": 1024 * 1024},
-        "swap_mb": {"type": "integer", "minimum": 0, "maximum": 64 * 1024 * 1024},
-        "name": _TEXT,
-    },
-    "required": ["vcpus", "memory_mb"],
-    "additionalProperties": False,
-}
 
 _LIMIT = {"type": ["number", "null"], "minimum": 0, "maximum": 1e12}
 
@@ -129,7 +101,7 @@ IMAGE_PROPERTIES = {
 # resource class -> number of identified units to assign (see the tracker).
 ASSIGNED = {
     "type": ["object", "null"],
-    "propertyNames": {"pattern": "\\A[A-Z][A-Z0-9_]{0,254}\\Z"},
+    "propertyNames": {"pattern": jsonbounds.RESOURCE_CLASS_PATTERN},
     "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 1024},
     "maxProperties": 16,
 }

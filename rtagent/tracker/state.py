@@ -14,15 +14,17 @@ others are rebuilt after a restart from the host and the configuration.
 
 import dataclasses
 import json
+import math
 import types
 
+from rtagent import excerpt
 from rtagent.numa import claim as numa_claim
 from rtagent.numa import domains as numa_domains
 from rtagent.numa import model as numa_model
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import node as pci_node
 from rtagent.resources import MEMORY_MB, STANDARD_CLASSES, VCPU, frozen_map
-from rtagent.tracker import assigned, errors, ledger, pciholds, stats, untracked
+from rtagent.tracker import assigned, errors, ledger, pciholds, rows, stats, untracked
 
 # Changes and changes() live in their own module; importable from here too.
 from rtagent.tracker.changes import (  # noqa: F401
@@ -156,9 +158,12 @@ class NodeState:
         try:
             ratios = frozen_map({rc: float(r) for rc, r in json.loads(ratios or "{}").items()})
             failed = int(failed or 0)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise errors.StateError(path=store.path, reason=f"unreadable metadata: {exc}") from exc
-        return cls(
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            raise errors.StateError(
+                path=store.path, reason=f"unreadable metadata: {excerpt.clip(str(exc), 200)}"
+            ) from exc
+        _check_meta(store.path, node_uuid, ratios, failed)
+        state = cls(
             node_uuid=node_uuid,
             instances=Table((i.uuid, i) for i in store.load_instances(node_uuid)),
             migrations=Table((m.uuid, m) for m in migrations),
@@ -170,6 +175,12 @@ class NodeState:
             policy=policy,
             pci=pci,
         )
+        reason = rows.double_holdings(state)
+        if reason is not None:
+            raise errors.StateError(
+                path=store.path, reason=f"node {node_uuid}: {reason}. {rows.ROWS_HELP}"
+            )
+        return state
 
     def replace(self, **fields):
         return dataclasses.replace(self, **fields)
@@ -460,6 +471,27 @@ class NodeState:
             self,
             pending=frozen_map({k: v for k, v in self.pending.items() if k != instance_uuid}),
         )
+
+
+def _check_meta(path, node_uuid, ratios, failed):
+    """:raises StateError: a stored ratio or count no agent could write."""
+    for rc, ratio in ratios.items():
+        if not (math.isfinite(ratio) and 0 <= ratio <= _MAX_RATIO):
+            raise errors.StateError(
+                path=path,
+                reason=f"node {node_uuid}: the allocation ratio of {excerpt.clip(rc, 80)} "
+                f"Placement last reported is {ratio}, not a number from 0 to {_MAX_RATIO:g}",
+            )
+    if not 0 <= failed < 2**31:
+        raise errors.StateError(
+            path=path,
+            reason=f"node {node_uuid}: the failed build count {excerpt.excerpt(failed)} "
+            "is not an integer from 0 to 2147483647",
+        )
+
+
+# The largest ratio Placement stores (a 32-bit float).
+_MAX_RATIO = 3.4e38
 
 
 @dataclasses.dataclass(frozen=True)

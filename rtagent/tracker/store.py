@@ -25,7 +25,9 @@ import threading
 import urllib.parse
 import uuid as uuidlib
 
+from rtagent import excerpt
 from rtagent.tracker import errors, identity, statedir
+from rtagent.tracker import rows as rows_check
 from rtagent.tracker.model import Instance, Migration
 from rtagent.tracker.state import Changes
 
@@ -42,6 +44,18 @@ LOCK_NAME = "rtagent.lock"
 # 5 would drop them and give one device to two guests.
 SCHEMA_VERSION = 6
 _STORE_ID_KEY = "store_id"
+
+# A row is a few KiB even with NUMA cells and PCI devices; one far longer
+# was not written by rtagent, and is refused before it is decoded.
+MAX_ROW_CHARS = 1024 * 1024
+
+# A node's rows, each with whether it is too long to decode (then not read).
+_SELECT = "SELECT uuid, length(body) > ?, CASE WHEN length(body) > ? THEN '' ELSE body END"
+_SELECT_ROWS = {
+    "instances": _SELECT + " FROM instances WHERE node_uuid = ? ORDER BY uuid",
+    "migrations": _SELECT + " FROM migrations WHERE node_uuid = ? ORDER BY uuid",
+}
+
 
 # Version 4: rows keyed by (node_uuid, uuid).
 _CREATE = (
@@ -392,26 +406,55 @@ class Store:
         self.set_meta(key, None)
 
     def load_instances(self, node_uuid):
-        """Every instance tracked on ``node_uuid``, sorted by UUID."""
-        try:
-            with self._mutex:
-                rows = self._db.execute(
-                    "SELECT body FROM instances WHERE node_uuid = ? ORDER BY uuid", (node_uuid,)
-                ).fetchall()
-            return [Instance.from_dict(json.loads(body)) for (body,) in rows]
-        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
-            raise errors.StateError(path=self.path, reason=f"unreadable instance: {exc}") from exc
+        """Every instance tracked on ``node_uuid``, sorted by UUID.
+
+        :raises StateError: a row is unreadable or cannot be believed
+            (:mod:`rtagent.tracker.rows`).
+        """
+        return self._load("instances", node_uuid, Instance.from_dict)
 
     def load_migrations(self, node_uuid):
-        """Every move recorded on ``node_uuid``, sorted by UUID."""
+        """Every move recorded on ``node_uuid``, sorted by UUID.
+
+        :raises StateError: as :meth:`load_instances`.
+        """
+        return self._load("migrations", node_uuid, Migration.from_dict)
+
+    def _load(self, table, node_uuid, make):
+        """``make(body)`` of each row of ``table`` of ``node_uuid``, its
+        body checked against :mod:`rtagent.tracker.rows` first."""
         try:
             with self._mutex:
                 rows = self._db.execute(
-                    "SELECT body FROM migrations WHERE node_uuid = ? ORDER BY uuid", (node_uuid,)
+                    _SELECT_ROWS[table], (MAX_ROW_CHARS, MAX_ROW_CHARS, node_uuid)
                 ).fetchall()
-            return [Migration.from_dict(json.loads(body)) for (body,) in rows]
-        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
-            raise errors.StateError(path=self.path, reason=f"unreadable migration: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise errors.StateError(path=self.path, reason=str(exc)) from exc
+        values = []
+        for key, too_long, text in rows:
+            if too_long:
+                reason = f"longer than {MAX_ROW_CHARS} characters"
+            else:
+                try:
+                    body = json.loads(text)
+                except RecursionError:
+                    reason = "not valid JSON: nested too deeply"
+                except (ValueError, TypeError) as exc:
+                    reason = f"not valid JSON: {exc}"
+                else:
+                    reason = rows_check.problem(table, key, body)
+            if reason is None:
+                try:
+                    values.append(make(body))
+                    continue
+                except (ValueError, KeyError, TypeError, errors.TrackerError) as exc:
+                    reason = excerpt.clip(str(exc), 200)
+            raise errors.StateError(
+                path=self.path,
+                reason=f"{table} row {excerpt.clip(str(key), 80)} of node {node_uuid}: {reason}. "
+                + rows_check.ROW_HELP,
+            )
+        return values
 
     def load_released(self, node_uuid):
         """UUIDs of instances that left ``node_uuid`` and are not yet healed."""
