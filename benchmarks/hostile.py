@@ -14,13 +14,26 @@ host, its health port on loopback). Then, in turn:
 3. half-open: 1,500 connections to the health port that never send a
    request, held while claims are measured again;
 4. SIGHUP storm: 3,000 SIGHUPs in a burst while claims are measured;
-5. SIGTERM: the agent must exit 0 within its shutdown bound.
+5. hostile configuration: each value that once hung the agent or ended in
+   a traceback (JSON nested 5,000 deep in ``device_spec`` and ``alias``, a
+   repeat count of 2^32, a backtracking address pattern checked on the
+   SR-IOV host, a 5,000-digit huge page count, 1 MB CPU sets) is given to
+   ``check-config`` (decided within 5 s: exit 2 with one line of at most 500
+   characters, or 0 for the pattern RE2 matches in linear time) and, written
+   into the agent's own file, to the running agent with SIGHUP (refused,
+   the agent still healthy) while claims are measured;
+6. SIGTERM: the agent must exit 0 within its shutdown bound;
+7. tampered store: the stopped agent's store, with one claim in it, is
+   copied and one row edited (negative, NaN and 10^30 usage, bad JSON, a
+   row under another instance's key); ``rtagent run`` on each copy must
+   exit 2 within 30 s with one line and leave the copy unchanged.
 
 Prints key=value lines, the last a summary with PASS or MISS; exits 1 on a
 miss or a void measurement (no claims measured in a phase). Targets:
 internal errors 0, lost acknowledged claims 0, claim p99 during each attack
 at most 5x the p99 before (plus 20 ms, the jitter of one RPC round trip on
-2 cores), the health port answering during the half-open phase, exit 0.
+2 cores), the health port answering during the half-open phase, exit 0,
+every hostile configuration value and tampered store refused as above.
 
 ``--drop-acknowledged`` is the negative control of the recount: after the
 first fuzz batch it aborts one acknowledged claim without telling the
@@ -36,8 +49,10 @@ import logging
 import math
 import os
 import random
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -54,6 +69,7 @@ from rtagent.testing.placement_server import PlacementServer
 from rtagent.testing.rabbitmq import RabbitMQ
 from tests.functional.conftest import DEMO_URI
 from tests.functional.rpc.harness import make_conf
+from tests.functional.test_cli_check_config import DEEP, MEGABYTE_OF_RANGES, SRIOV_HOST
 
 # Through rtagent's transport module: it selects oslo.service's threading
 # backend before oslo_messaging is first imported.
@@ -71,6 +87,30 @@ P99_FACTOR, P99_SLACK_MS = 5.0, 20.0
 FLAVOR = {"vcpus": 1, "memory_mb": 16}
 CALL_TIMEOUT = 30
 RTAGENT = os.path.join(os.path.dirname(sys.executable), "rtagent")
+# What check-config must decide within, and the longest line it may print.
+DECIDE_S, MAX_LINE = 5.0, 500
+
+# (name, what is appended to the agent's configuration, check-config's exit
+# status). The backtracking pattern is checked on the SR-IOV host, whose
+# devices it would be matched against.
+HOSTILE_CONF = (
+    ("device_spec_deep", f"[pci]\ndevice_spec = {DEEP}\n", 2),
+    ("alias_deep", f'[pci]\nalias = {{"name": {DEEP}}}\n', 2),
+    ("repeat_overflow", '[pci]\ndevice_spec = {"address": {"domain": "0{4294967296}"}}\n', 2),
+    (
+        "backtracking_on_sriov",
+        '[pci]\ndevice_spec = {"address": {"domain": "(?:0?){400}1"}}\n'
+        f"[libvirt]\nconnection_uri = test://{SRIOV_HOST}\n",
+        0,
+    ),
+    (
+        "huge_page_digits",
+        f"[DEFAULT]\nreserved_huge_pages = node:0,size:2048,count:{'9' * 5000}\n",
+        2,
+    ),
+    ("cpu_set_1mb_ranges", f"[compute]\ncpu_dedicated_set = {MEGABYTE_OF_RANGES}\n", 2),
+    ("cpu_set_1mb_bad", f"[compute]\ncpu_dedicated_set = {'x' * 1_000_000}\n", 2),
+)
 
 
 def free_port():
@@ -400,6 +440,146 @@ def drop_behind_ledger(caller, ledger):
     raise SystemExit("negative control: no acknowledged claim to drop")
 
 
+def check_config(conf_path):
+    """(exit status, seconds, stderr lines) of ``rtagent check-config``."""
+    t0 = time.monotonic()
+    try:
+        result = subprocess.run(
+            [RTAGENT, "--config-file", conf_path, "check-config"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None, time.monotonic() - t0, []
+    return result.returncode, time.monotonic() - t0, result.stderr.splitlines()
+
+
+def hostile_reloads(agent, workdir):
+    """Each HOSTILE_CONF value through check-config and through SIGHUP to
+    the running agent. Returns (name -> problem) for every value not
+    handled as it must be; the agent's file is put back afterwards."""
+    with open(agent.conf_path) as f:
+        base = f.read()
+    problems = {}
+    try:
+        for name, extra, status in HOSTILE_CONF:
+            path = os.path.join(workdir, f"hostile-{name}.conf")
+            with open(path, "w") as f:
+                f.write(base + extra)
+            code, seconds, lines = check_config(path)
+            longest = max((len(line) for line in lines), default=0)
+            one_line = len(lines) == (1 if status else 0)
+            print(
+                f"hostile_conf={name} check_config_exit={code} seconds={seconds:.2f} "
+                f"stderr_lines={len(lines)} longest_line={longest}"
+            )
+            if code != status or seconds > DECIDE_S or not one_line or longest > MAX_LINE:
+                problems[name] = f"check-config exit {code} in {seconds:.1f}s, {len(lines)} lines"
+                continue
+            if "[libvirt]" in extra:
+                continue  # the running agent's host is the demo host: no reload
+            with open(agent.conf_path, "w") as f:
+                f.write(base + extra)
+            os.kill(agent.proc.pid, signal.SIGHUP)
+            time.sleep(1.0)
+            t0 = time.monotonic()
+            try:
+                health = agent.get("/healthz", timeout=DECIDE_S)[0]
+            except OSError as exc:
+                health = type(exc).__name__
+            alive = agent.proc.poll() is None
+            print(
+                f"hostile_reload={name} alive={alive} healthz={health} "
+                f"seconds={time.monotonic() - t0:.2f}"
+            )
+            if not alive or health != 200:
+                problems[name] = f"after SIGHUP alive={alive} healthz={health}"
+    finally:
+        with open(agent.conf_path, "w") as f:
+            f.write(base)
+        if agent.proc.poll() is None:
+            os.kill(agent.proc.pid, signal.SIGHUP)
+    return problems
+
+
+def _edit_row(change):
+    def edit(db):
+        key, body = db.execute("SELECT uuid, body FROM instances ORDER BY uuid").fetchone()
+        db.execute("UPDATE instances SET body = ? WHERE uuid = ?", (change(body), key))
+
+    return edit
+
+
+def _usage(rc, text):
+    return lambda body: json.dumps(
+        {**json.loads(body), "resources": {**json.loads(body)["resources"], rc: "@"}}
+    ).replace('"@"', text)
+
+
+TAMPERED = (
+    ("negative_usage", _edit_row(_usage("VCPU", "-4"))),
+    ("nan_usage", _edit_row(_usage("MEMORY_MB", "NaN"))),
+    ("huge_usage", _edit_row(_usage("DISK_GB", str(10**30)))),
+    ("bad_json", _edit_row(lambda body: body[:-1])),
+    (
+        "another_key",
+        _edit_row(lambda body: json.dumps({**json.loads(body), "uuid": str(uuid.uuid4())})),
+    ),
+)
+
+
+def tampered_starts(agent, workdir):
+    """``rtagent run`` on copies of the stopped agent's store, each with
+    one row edited. Returns (name -> problem) for each not refused in one
+    line, exit 2, within 30 s, with the copy left as it was."""
+    with open(agent.conf_path) as f:
+        base = f.read()
+    problems = {}
+    for name, edit in TAMPERED:
+        state = os.path.join(workdir, f"tampered-{name}")
+        shutil.copytree(os.path.join(workdir, "state"), state)
+        db = sqlite3.connect(os.path.join(state, "rtagent.sqlite"), isolation_level=None)
+        try:
+            if not db.execute("SELECT count(*) FROM instances").fetchone()[0]:
+                problems[name] = "no row to tamper with"
+                continue
+            edit(db)
+            before = db.execute("SELECT * FROM instances ORDER BY uuid").fetchall()
+        finally:
+            db.close()
+        conf = os.path.join(workdir, f"tampered-{name}.conf")
+        with open(conf, "w") as f:
+            f.write(base.replace(f"state_path = {workdir}/state", f"state_path = {state}"))
+        t0 = time.monotonic()
+        try:
+            result = subprocess.run(
+                [RTAGENT, "--config-file", conf, "run"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            code, lines = result.returncode, result.stderr.splitlines()
+        except subprocess.TimeoutExpired:
+            code, lines = None, []
+        seconds = time.monotonic() - t0
+        db = sqlite3.connect(f"file:{state}/rtagent.sqlite?mode=ro", uri=True)
+        try:
+            unchanged = db.execute("SELECT * FROM instances ORDER BY uuid").fetchall() == before
+        finally:
+            db.close()
+        longest = max((len(line) for line in lines), default=0)
+        print(
+            f"tampered_store={name} run_exit={code} seconds={seconds:.2f} "
+            f"stderr_lines={len(lines)} longest_line={longest} unchanged={unchanged}"
+        )
+        if code != 2 or len(lines) != 1 or longest > MAX_LINE or not unchanged:
+            problems[name] = f"run exit {code}, {len(lines)} lines, unchanged={unchanged}"
+    return problems
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument(
@@ -492,6 +672,31 @@ def main():
             )
             low, high, held = recount(probe, ledger, baseline)
             lost, extra = max(lost, -low), max(extra, high)
+
+            reloads = []
+            reloader = threading.Thread(
+                target=lambda: reloads.append(hostile_reloads(agent, workdir))
+            )
+            reloader.start()
+            # Claims measured for as long as the values are being tried.
+            hostile, hostile_errors = [], collections.Counter()
+            while reloader.is_alive():
+                latencies, errors = claim_latencies(url, 2.0, ledger)
+                hostile += latencies
+                hostile_errors += errors
+            reloader.join(600)
+            conf_problems = reloads[0] if reloads else {"reloads": "did not finish"}
+            p99_conf = pct(hostile, 0.99) * 1000
+            print(
+                f"hostile_conf_values={len(HOSTILE_CONF)} conf_problems={len(conf_problems)} "
+                f"claims_during_hostile_conf={len(hostile)} "
+                f"claim_p99_hostile_conf_ms={p99_conf:.1f}"
+            )
+            low, high, held = recount(probe, ledger, baseline)
+            lost, extra = max(lost, -low), max(extra, high)
+            # One claim left in the store for the tampering phase.
+            kept = str(uuid.uuid4())
+            probe.call("instance_claim", instance_uuid=kept, flavor=FLAVOR)
             probe.close()
 
             t0 = time.monotonic()
@@ -501,13 +706,21 @@ def main():
             except subprocess.TimeoutExpired:
                 code = None
             print(f"sigterm_exit={code} sigterm_seconds={time.monotonic() - t0:.1f}")
-            errors = before_errors + during_errors + hup_errors
+            store_problems = tampered_starts(agent, workdir) if code == 0 else {"skipped": code}
+            print(f"tampered_stores={len(TAMPERED)} store_problems={len(store_problems)}")
+            errors = before_errors + during_errors + hup_errors + hostile_errors
             print("claim_errors=" + json.dumps(dict(errors), sort_keys=True))
         finally:
             agent.kill()
 
     bound = p99_before * P99_FACTOR + P99_SLACK_MS
-    for name, n in (("before", len(before)), ("half_open", len(during)), ("sighup", len(hup))):
+    phases = (
+        ("before", len(before)),
+        ("half_open", len(during)),
+        ("sighup", len(hup)),
+        ("hostile_conf", len(hostile)),
+    )
+    for name, n in phases:
         if n < 10:
             void.append(f"claims_{name}={n}")
     if calls < 10_000:
@@ -518,7 +731,9 @@ def main():
         misses.append(f"lost={lost} double={extra}")
     if status != 200 or health_s > 5:
         misses.append(f"healthz_during_half_open={status} in {health_s:.1f}s")
-    for name, value in (("half_open", p99_half), ("sighup", p99_hup)):
+    for name, problems in (("conf", conf_problems), ("store", store_problems)):
+        misses.extend(f"{name}:{key}={value}" for key, value in sorted(problems.items()))
+    for name, value in (("half_open", p99_half), ("sighup", p99_hup), ("hostile_conf", p99_conf)):
         if not math.isfinite(value) or value > bound:
             misses.append(f"claim_p99_{name}_ms={value:.1f}>{bound:.1f}")
     if code != 0:
@@ -527,7 +742,9 @@ def main():
     print(
         f"summary fuzz_calls={calls} internal_errors={len(internal)} lost_claims={lost} "
         f"claim_p99_before_ms={p99_before:.1f} claim_p99_half_open_ms={p99_half:.1f} "
-        f"claim_p99_sighup_ms={p99_hup:.1f} (target <= {bound:.1f}) sigterm_exit={code} "
+        f"claim_p99_sighup_ms={p99_hup:.1f} claim_p99_hostile_conf_ms={p99_conf:.1f} "
+        f"(target <= {bound:.1f}) sigterm_exit={code} conf_problems={len(conf_problems)} "
+        f"store_problems={len(store_problems)} "
         f"{verdict} {' '.join(void + misses)}".rstrip()
     )
     return 0 if verdict == "PASS" else 1
