@@ -18,9 +18,10 @@ import pytest
 
 from rtagent import builder
 from rtagent.placement.backoff import SyncBackoff
+from rtagent.rpc.status import node_status
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 from rtagent.tracker.model import Flavor
-from tests.functional.numa_host import DEDICATED, SHARED, two_socket_driver
+from tests.functional.numa_host import DEDICATED, SHARED, read_host, two_socket_driver
 from tests.functional.test_cli import rtagent, write_conf
 from tests.functional.test_pci_tracking import host_uri
 from tests.unit.helpers import make_tracker
@@ -196,3 +197,29 @@ def _rows(state):
         return sorted(db.execute("SELECT node_uuid, uuid, body FROM instances"))
     finally:
         db.close()
+
+
+def test_a_claim_pinned_to_cpus_the_host_lacks_is_believed_and_reported_lost(tmp_path, caplog):
+    """Not the store's to judge: the host is read after the store, and a
+    host that lost a socket is a changed host, not a damaged store
+    (docs/operations.md). Its CPUs are reported lost, and claims go on."""
+    tracker, store = make_tracker(tmp_path)
+    tracker.update_host(read_host())
+    tracker.instance_claim(FIRST, Flavor(2, 1024), extra_specs=PINNED)
+    store.close()
+    db = sqlite3.connect(tmp_path / "rtagent.sqlite", isolation_level=None)
+    try:
+        _edit_first(_set(("numa", "cells", 0, "host_cell"), "7"))(db)
+        _edit_first(_set(("numa", "cells", 0, "pinning"), "[[0, 998], [1, 999]]"))(db)
+        _edit_first(_set(("numa", "cells", 0, "taken"), "[998, 999]"))(db)
+    finally:
+        db.close()
+    tracker, store = make_tracker(tmp_path)
+    try:
+        snap = tracker.update_host(read_host())
+        assert dict(snap.numa_lost) == {FIRST: (998, 999)}
+        assert node_status(snap, now=0)["numa"]["lost_cpus"] == {FIRST: [998, 999]}
+        assert f"{FIRST} keeps pinned CPU(s) 998,999" in caplog.text
+        tracker.instance_claim(SECOND, Flavor(2, 1024), extra_specs=PINNED)
+    finally:
+        store.close()
