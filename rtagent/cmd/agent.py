@@ -220,9 +220,12 @@ def _run(conf, argv):
 
     def reload_conf():
         # A fresh ConfigOpts over the same files, checked whole: a broken
-        # file is rejected before anything changes.
+        # file is rejected before anything changes. The host checks too:
+        # a CPU set the start-up would refuse (a bad item, CPUs not
+        # online) must not be "reloaded" and then stop the next start.
         new = _load_conf(argv)
         _validate(new)
+        checks.check_host(new)
         return new
 
     try:
