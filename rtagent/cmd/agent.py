@@ -26,7 +26,7 @@ from oslo_log import log as logging
 from oslo_reports import opts as gmr_opts
 
 from rtagent import conf as rtconf
-from rtagent import exception
+from rtagent import exception, logescape
 from rtagent.cmd import checks, say_error
 from rtagent.cmd.version import startup_line, version_string
 from rtagent.conf import daemon as daemon_conf
@@ -141,6 +141,9 @@ def main(argv=None):
     except OSError as exc:
         say_error(f"cannot set up logging: {exc}")
         return EXIT_CONFIG
+    # Alias names, spec values and libvirt's texts reach log messages:
+    # no raw newline, ESC or bidirectional control in a log line.
+    logescape.install()
     try:
         # After logging: a hypervisor that does not answer is a warning.
         checks.check_host(conf)

@@ -4,7 +4,7 @@ import dataclasses
 import logging
 import signal
 
-from rtagent import builder, daemon, health_server, metrics, periodic, systemd
+from rtagent import builder, daemon, health_server, logescape, metrics, periodic, systemd
 from rtagent.cmd.version import startup_line, version_string
 from rtagent.conf.validation import ConfigError
 from rtagent.rpc import notifier as notifiermod
@@ -105,8 +105,11 @@ def apply_conf(conf, new, agent):
         builder.policy_from_conf(new),
         reserved_huge_pages=hugepages.parse(conf.reserved_huge_pages),
     )
-    # Log levels: oslo.log's mutate hook applies [DEFAULT] debug.
+    # Log levels: oslo.log's mutate hook applies [DEFAULT] debug, and
+    # re-reads a changed log_config_append: its new handlers escape too.
     conf.mutate_config_files()
+    if getattr(conf, "log_config_append", None):
+        logescape.install()
     for tracker in agent.nodes.trackers():
         tracker.set_policy(policy)
     reload_provider_config = getattr(agent, "reload_provider_config", None)

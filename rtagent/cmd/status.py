@@ -141,9 +141,12 @@ def render(report):
         lines.append(f"node {node['hypervisor_hostname']}  {node['node_uuid']}  {state}")
         if node.get("unavailable"):
             lines.append(f"  hypervisor unavailable: {node['unavailable']}")
-        header = ("class", "total", "reserved", "ratio", "capacity", "used", "free")
-        lines.append("  " + "".join(f"{h:>12}" for h in header))
+        header = ("class", "total", "reserved", "ratio", "capacity", "used", "free", "claimable")
+        lines.append("  " + "".join(f"{h:>12}" for h in header) + f"{'in Placement':>14}")
         for rc, r in sorted(node["resources"].items()):
+            # An agent from before these were added answers without them.
+            claims = r.get("claims") or {}
+            placement = r.get("placement") or {}
             row = (
                 rc,
                 r["total"],
@@ -152,8 +155,13 @@ def render(report):
                 f"{r['capacity']:g}",
                 r["used"],
                 f"{r['free']:g}",
+                _number(claims.get("free")),
             )
-            lines.append("  " + "".join(f"{v!s:>12}" for v in row))
+            lines.append(
+                "  "
+                + "".join(f"{v!s:>12}" for v in row)
+                + f"{_number(placement.get('capacity')):>14}"
+            )
         lines.append(f"  instances: {node['instances']}; moves in progress: {len(node['moves'])}")
         for move in node["moves"]:
             lines.append(
@@ -175,6 +183,10 @@ def render(report):
         lines.extend(_pci_lines(node.get("pci"), held))
         lines.extend(_sync_lines(node, node.get("generated_at") or time.time()))
     return "\n".join(lines)
+
+
+def _number(value):
+    return "-" if value is None else f"{value:g}"
 
 
 def _numa_lines(numa):

@@ -16,7 +16,9 @@ WRITTEN = "written"
 PRESENT = "present"
 
 
-def write_allocations(client, consumer, allocations, *, project_id, user_id, consumer_type):
+def write_allocations(
+    client, consumer, allocations, *, project_id, user_id, consumer_type, also=()
+):
     """Record a *new* consumer's allocations (consumer generation None).
 
     One PUT when the consumer is new. If Placement says the consumer exists,
@@ -25,16 +27,14 @@ def write_allocations(client, consumer, allocations, *, project_id, user_id, con
 
     :param allocations: {provider uuid: {class: amount}}; zero amounts are
         dropped (Placement refuses them).
+    :param also: other allocations that count as present when Placement
+        holds them (not written).
     :returns: ``WRITTEN``, or ``PRESENT`` when Placement already held them.
     :raises AllocationRefused: Placement refused (capacity, a consumer
         holding other allocations, an unknown provider); nothing written.
     :raises PlacementUnavailable: the outcome is unknown.
     """
-    wanted = {
-        rp: {rc: amount for rc, amount in resources.items() if amount}
-        for rp, resources in allocations.items()
-    }
-    wanted = {rp: res for rp, res in wanted.items() if res}
+    wanted = _nonzero(allocations)
     if not wanted:
         return WRITTEN
     try:
@@ -50,7 +50,7 @@ def write_allocations(client, consumer, allocations, *, project_id, user_id, con
     except errors.GenerationConflict as exc:
         current = client.get_allocations(consumer)
         held = {rp: a["resources"] for rp, a in (current.get("allocations") or {}).items()}
-        if held == wanted:
+        if held == wanted or any(held == _nonzero(other) for other in also):
             return PRESENT
         raise errors.AllocationRefused(
             consumer=consumer, reason=f"the consumer already holds {held}"
@@ -59,6 +59,14 @@ def write_allocations(client, consumer, allocations, *, project_id, user_id, con
         raise errors.AllocationRefused(
             consumer=consumer, reason=f"{exc.placement_code}: {exc.detail}"
         ) from exc
+
+
+def _nonzero(allocations):
+    found = {
+        rp: {rc: amount for rc, amount in resources.items() if amount}
+        for rp, resources in allocations.items()
+    }
+    return {rp: res for rp, res in found.items() if res}
 
 
 def claim_standalone(
@@ -99,9 +107,17 @@ def claim_standalone(
         instance_uuid, flavor, project_id=project_id, pending=True, **claim_kwargs
     )
     allocations = {claim.node_uuid: dict(claim.resources)}
+    before_attach = ()
     try:
         if pci_allocations is not None and claim.pci_devices:
             allocations.update(pci_allocations(claim.pci_devices))
+            asked = tuple(d for d in claim.pci_devices if d.request_id in claim.request_ids)
+            if not claim.created and len(asked) < len(claim.pci_devices):
+                # A retry after an attach: Placement holds the attached
+                # devices only from the next audit on.
+                before = {claim.node_uuid: dict(claim.resources)}
+                before.update(pci_allocations(asked) if asked else {})
+                before_attach = (before,)
     except BaseException:
         # Nothing was sent: the claim goes, as on a refusal.
         if claim.token is not None:
@@ -115,6 +131,7 @@ def claim_standalone(
             project_id=project_id or "",
             user_id=user_id,
             consumer_type=consumer_type,
+            also=before_attach,
         )
     except errors.AllocationRefused:
         if claim.token is not None:

@@ -17,11 +17,19 @@ never changed once published) without importing rtagent and without
 
 The codes are those of rtagent's exception hierarchy (``RtagentError.code``)
 plus the few defined here for the RPC edge itself.
+
+``message`` and the strings of ``details`` are escaped here, for every
+reply: the arguments cannot hold controls (the schemas refuse them), but a
+message also quotes configuration (``[pci] alias`` names) and libvirt's
+error texts, which can. Each character that is not printable is written as
+its Python escape (``\\u202e``, ``\\n``), so a message is one line and
+shows as it reads (:func:`rtagent.excerpt.escaped`).
 """
 
 import logging
 
 from rtagent import exception
+from rtagent.excerpt import escaped, escaped_tree
 from rtagent.numa import errors as numa_errors
 from rtagent.pci import errors as pci_errors
 from rtagent.placement import errors as placement_errors
@@ -108,8 +116,8 @@ def _error(code, message, details):
         "ok": False,
         "error": {
             "code": code,
-            "message": message,
+            "message": escaped(message),
             "retriable": code in RETRIABLE,
-            "details": details,
+            "details": escaped_tree(details),
         },
     }

@@ -2,32 +2,19 @@
 ``get_status`` answers and the health endpoint serves. Pure over a
 snapshot."""
 
+import dataclasses
 import time
 
+from rtagent.excerpt import escaped_tree, printable
 from rtagent.pci import pools
-
-
-def printable(text):
-    """``text`` safe for a terminal or a log line: every character that is
-    not printable (controls, bidirectional controls, separators, surrogates,
-    unassigned code points) and the backslash itself are written as Python
-    escapes (``\\x1b``, ``\\u202e``, ``\\n``, ``\\\\``); the rest is kept."""
-    text = str(text)
-    if text.isprintable() and "\\" not in text:
-        return text
-    return "".join("\\\\" if c == "\\" else c if c.isprintable() else repr(c)[1:-1] for c in text)
+from rtagent.placement import desired
+from rtagent.tracker import untracked
 
 
 def printable_tree(value):
     """A copy of a JSON-able ``value`` whose strings (values and keys) are
-    :func:`printable`."""
-    if isinstance(value, str):
-        return printable(value)
-    if isinstance(value, dict):
-        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [printable_tree(v) for v in value]
-    return value
+    :func:`~rtagent.excerpt.printable`."""
+    return escaped_tree(value, printable)
 
 
 def node_status(snapshot, sync=None, now=None):
@@ -38,25 +25,13 @@ def node_status(snapshot, sync=None, now=None):
     :param now: wall-clock seconds, for ages (default: now).
     """
     now = time.time() if now is None else now
-    resources = {}
-    for rc, inv in sorted(snapshot.inventories.items()):
-        capacity = inv.capacity
-        used = snapshot.usage.get(rc, 0)
-        resources[rc] = {
-            "total": inv.total,
-            "reserved": inv.reserved,
-            "allocation_ratio": inv.allocation_ratio,
-            "capacity": capacity,
-            "used": used,
-            "free": capacity - used,
-        }
     drift = snapshot.drift
     return {
         "node_uuid": snapshot.node_uuid,
         "hypervisor_hostname": snapshot.hypervisor_hostname,
         "disabled": snapshot.disabled,
         "unavailable": snapshot.unavailable,
-        "resources": resources,
+        "resources": _resources(snapshot),
         "instances": len(snapshot.instances),
         # Which: a caller reconciling with its own records (nova's tracker
         # adapter) needs them, not only their number.
@@ -91,6 +66,66 @@ def node_status(snapshot, sync=None, now=None):
         "sync": dict(sync) if sync else None,
         "generated_at": now,
     }
+
+
+def _resources(snapshot):
+    """Per resource class: the host's inventory and what claims and
+    counted untracked domains use (the fields of API 1.0); ``claims``, the
+    figures a claim is checked against (as
+    :func:`rtagent.tracker.state.fit_context` and
+    :func:`rtagent.tracker.ledger.refusals` compute them); ``placement``,
+    the inventory the agent sends Placement."""
+    policy = snapshot.policy
+    reserve = policy.reserve_untracked if policy is not None else False
+    checked, counted = untracked.checked(snapshot.inventories, snapshot.untracked_usage, reserve)
+    published = _published(snapshot)
+    resources = {}
+    for rc, inv in sorted(snapshot.inventories.items()):
+        capacity = inv.capacity
+        used = snapshot.usage.get(rc, 0)
+        fit = checked[rc]
+        # snapshot.usage counts untracked domains whenever they are counted;
+        # claims count them as used only when they are not reserved.
+        fit_used = used if counted else used - snapshot.untracked_usage.get(rc, 0)
+        resources[rc] = {
+            "total": inv.total,
+            "reserved": inv.reserved,
+            "allocation_ratio": inv.allocation_ratio,
+            "capacity": capacity,
+            "used": used,
+            "free": capacity - used,
+            "claims": {
+                "reserved": fit.reserved,
+                "capacity": fit.capacity,
+                "used": fit_used,
+                "free": fit.capacity - fit_used,
+                "max_unit": fit.max_unit,
+            },
+            "placement": published.get(rc),
+        }
+    return resources
+
+
+def _published(snapshot):
+    """resource class -> the root provider's inventory as the agent sends
+    it to Placement (:func:`rtagent.placement.desired.root_provider`), a
+    ratio it leaves to Placement shown as the one it last read there."""
+    if snapshot.host is None or snapshot.policy is None:
+        return {}
+    found = {}
+    for rc, sent in desired.root_provider(snapshot).inventories.items():
+        inv = sent
+        if sent.allocation_ratio is None and rc in snapshot.inventories:
+            inv = dataclasses.replace(
+                sent, allocation_ratio=snapshot.inventories[rc].allocation_ratio
+            )
+        found[rc] = {
+            "total": inv.total,
+            "reserved": inv.reserved,
+            "allocation_ratio": inv.allocation_ratio,
+            "capacity": inv.capacity,
+        }
+    return found
 
 
 def _pci_claimed(snapshot):

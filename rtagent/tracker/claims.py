@@ -32,14 +32,17 @@ def claim_instance(
         (a frozenset), or None for those its domain's ``<cputune>`` names:
         its pinned vCPUs may keep only the dedicated ones of these.
 
-    A repeated claim for the same instance, resources, cells and PCI
-    requests (ids and counts) returns ``state`` unchanged (callers may
-    retry).
+    A repeated claim returns ``state`` unchanged (callers may retry) when
+    the instance holds the same resources and cells and, for each PCI
+    request id it names, as many devices as it asks: devices held for ids
+    it does not name are those attached since (:func:`attach_devices`),
+    which do not make a retry another claim.
 
     :raises ComputeResourcesUnavailable: it does not fit.
     :raises DevicesUnavailable: the PCI requests cannot be met.
-    :raises InstanceClaimConflict: the instance holds different resources,
-        or is in a move on this node.
+    :raises InstanceClaimConflict: the instance holds different resources
+        or cells, another number of devices for a request id asked (none:
+        never claimed, or detached since), or is in a move on this node.
     :raises ClaimPending: a standalone claim of the instance is in flight.
     """
     state.check_not_pending(instance.uuid)
@@ -48,7 +51,7 @@ def claim_instance(
         if (
             dict(existing.resources) == dict(instance.resources)
             and _same_cells(existing, guest)
-            and pci_claim.counts(existing.pci_devices) == pci_claim.requested_counts(pci_requests)
+            and _holds_requested(existing, pci_requests)
         ):
             return state
         raise errors.InstanceClaimConflict(
@@ -87,6 +90,18 @@ def claim_instance(
     return state.with_instance(
         instance.replace(assigned=frozen_map(chosen), numa=numa, pci_devices=pci)
     )
+
+
+def _holds_requested(existing, pci_requests):
+    """Whether ``existing`` holds, for every request id of
+    ``pci_requests``, the number of devices asked (the rule a repeated
+    attach follows too). Not "exactly these requests": the instance keeps
+    no record of which of its devices an attach added, and a caller that
+    sends its instance's requests as they are now (an attached port's
+    among them) asks for what it holds as much as the original call."""
+    held = pci_claim.counts(existing.pci_devices)
+    asked = pci_claim.requested_counts(pci_requests)
+    return all(held.get(rid) == n for rid, n in asked.items())
 
 
 def _same_cells(existing, guest):

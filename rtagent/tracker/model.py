@@ -244,6 +244,8 @@ class Claim:
     (see ``Tracker.instance_claim(pending=True)``), else None.
     ``numa`` is where the guest's NUMA cells went, or None.
     ``pci_devices`` the PCI devices it holds (HeldDevice values).
+    ``request_ids`` the ids of the PCI requests the call named: on a retry,
+    the instance's devices for other ids were attached since.
     """
 
     instance_uuid: str
@@ -253,6 +255,7 @@ class Claim:
     token: int | None = None
     numa: NumaClaim | None = None
     pci_devices: tuple = ()
+    request_ids: frozenset = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -520,12 +520,16 @@ def fit_context(state, count_untracked):
     if state.unavailable is not None:
         raise errors.HostUnavailable(node=state.node_uuid, reason=state.unavailable)
     extra = tuple(state.drift.untracked_usage()) if count_untracked else ()
-    if extra and state.policy.reserve_untracked:
-        # Checked as Placement checks it: reserved, not used (never both).
-        units = untracked.reservation(state.inventories, ledger.usage([], extra))
-        invs = frozen_map(untracked.add_reserved(state.inventories, units))
-        return FitContext(inventories=invs, offered=state.offered)
-    return FitContext(inventories=state.inventories, extra_usage=extra, offered=state.offered)
+    if not extra:
+        return FitContext(inventories=state.inventories, offered=state.offered)
+    # Checked as Placement checks it when reserved: reserved, not used
+    # (never both). get_status shows the same (rtagent.rpc.status).
+    invs, counted = untracked.checked(
+        state.inventories, ledger.usage([], extra), state.policy.reserve_untracked
+    )
+    return FitContext(
+        inventories=frozen_map(invs), extra_usage=extra if counted else (), offered=state.offered
+    )
 
 
 def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_request=None):

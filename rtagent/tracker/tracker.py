@@ -343,7 +343,8 @@ class Tracker:
         """Claim ``flavor``'s resources for an instance; durable on return.
 
         Claiming again for the same instance and the same resources returns
-        the existing claim, so a caller may safely retry.
+        the existing claim, so a caller may safely retry, also after an
+        attach (see :func:`.claims.claim_instance` for the exact rule).
 
         :param limits: nova's scheduler limits dict, or None.
         :param assigned: {resource class: count} of units claimed by
@@ -422,7 +423,14 @@ class Tracker:
                 )
         token = token if created else None
         return Claim(
-            held.uuid, self.node_uuid, held.resources, created, token, held.numa, held.pci_devices
+            held.uuid,
+            self.node_uuid,
+            held.resources,
+            created,
+            token,
+            held.numa,
+            held.pci_devices,
+            frozenset(r.request_id for r in pci),
         )
 
     def _pci_requests(self, raw, instance_uuid):

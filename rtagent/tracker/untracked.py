@@ -58,3 +58,18 @@ def add_reserved(inventories, units):
             continue
         result[rc] = dataclasses.replace(inv, reserved=min(inv.reserved + extra, inv.total))
     return result
+
+
+def checked(inventories, usage, reserve):
+    """What claims are checked against while untracked domains use
+    ``usage`` (resource class -> amount, zero when they are not counted).
+
+    :param reserve: the policy's ``reserve_untracked``.
+    :returns: ``(inventories, counted)``: with ``reserve``, the inventories
+        with the usage reserved (:func:`reservation`, as Placement is sent
+        it) and ``counted`` False; else ``inventories`` as they are, the
+        usage counted as used besides the claims (``counted`` True).
+    """
+    if reserve:
+        return add_reserved(inventories, reservation(inventories, usage)), False
+    return dict(inventories), True

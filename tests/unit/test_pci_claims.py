@@ -144,6 +144,40 @@ def test_an_alias_claim_takes_a_device_and_the_table_shows_it(opened):
         tracker.instance_claim(inst, SMALL, pci_requests=ask("vf", 2))
 
 
+VF_1 = ask("vf", request_id="vf-1")
+PORT_1 = ask("gpu-legacy", request_id="port-1")
+
+
+@pytest.mark.parametrize(
+    "retry, same",
+    [
+        (VF_1, True),  # the original call
+        (VF_1 + PORT_1, True),  # as the instance's requests are now
+        (PORT_1, True),
+        ([], True),  # names no request: every one it names is held
+        (ask("vf", 2, request_id="vf-1"), False),  # another count
+        (VF_1 + ask("gpu-legacy", request_id="port-9"), False),  # an id it holds none for
+        (VF_1 + ask("gpu-legacy", 2, request_id="port-1"), False),
+    ],
+)
+def test_a_claim_retried_after_an_attach(opened, retry, same):
+    """issue 34: a retry answers the held claim, attached devices with it,
+    when the instance holds as many devices as it asks for each request id
+    it names; else it is a conflict. Either way nothing changes."""
+    tracker = opened()
+    inst = new_uuid()
+    first = tracker.instance_claim(inst, SMALL, pci_requests=VF_1)
+    (port,) = tracker.attach_pci_devices(inst, PORT_1)
+    snap = tracker.snapshot()
+    if same:
+        again = tracker.instance_claim(inst, SMALL, pci_requests=retry)
+        assert (again.created, again.pci_devices) == (False, (*first.pci_devices, port))
+    else:
+        with pytest.raises(errors.InstanceClaimConflict, match="PCI requests"):
+            tracker.instance_claim(inst, SMALL, pci_requests=retry)
+    assert tracker.snapshot() is snap
+
+
 def test_a_claim_by_spec_with_a_request_id(opened):
     tracker = opened()
     claim = tracker.instance_claim(

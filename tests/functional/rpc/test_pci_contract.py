@@ -360,6 +360,66 @@ def test_devices_attached_to_and_detached_from_a_running_instance(served, broker
     assert held(served) == {}
 
 
+def test_a_claim_retried_after_an_attach_is_answered_as_a_retry(served, broker):
+    """issue 34, docs/rpc-api.md ``instance_claim``: the same claim sent
+    again after an attach (with or without PCI requests of its own) answers
+    the held claim, the attached devices with it, and changes nothing; so
+    does one that also names the attached request, as nova's instance then
+    holds it. A retry conflicts when, for a request id it names, the
+    instance holds another number of devices: another count, an id it
+    holds nothing for, devices detached since."""
+    tracker = served.agent.tracker
+    inst, bare = new_uuid(), new_uuid()
+    vf1 = {"alias": "nic", "count": 1, "request_id": "vf-1"}
+    port = {"alias": "nic", "count": 1, "request_id": "port-1"}
+    port2 = {**port, "request_id": "port-2"}
+    replies = conduct(
+        broker,
+        claim(inst, vf1),
+        ("attach_pci_devices", {"instance_uuid": inst, "pci_requests": [port]}),
+        claim(bare),
+        ("attach_pci_devices", {"instance_uuid": bare, "pci_requests": [port2]}),
+        version="1.6",
+    )
+    first, _, bare_first, _ = (result(r) for r in replies)
+    held_before = held(served)
+    assert held_before == {VFS[3]: inst, VFS[2]: inst, VFS[1]: bare}
+    before = tracker.snapshot()
+
+    retried = conduct(
+        broker,
+        claim(inst, vf1),
+        claim(inst, vf1, port),
+        claim(bare),
+        version="1.6",
+    )
+    assert [r["ok"] for r in retried] == [True] * 3, retried
+    both = [vf(3, "vf-1"), vf(2, "port-1")]
+    assert result(retried[0]) == result(retried[1]) == {**first, "pci_devices": both}
+    assert result(retried[2]) == {**bare_first, "pci_devices": [vf(1, "port-2")]}
+    assert tracker.snapshot() is before
+
+    conflicts = conduct(
+        broker,
+        claim(inst, {**vf1, "count": 2}),
+        claim(inst, vf1, {**port, "request_id": "vf-9"}),
+        claim(bare, port),
+        ("detach_pci_devices", {"instance_uuid": inst, "addresses": [VFS[3]]}),
+        claim(inst, vf1),
+        claim(inst, port),
+        version="1.6",
+    )
+    codes = [r["error"]["code"] if not r["ok"] else "ok" for r in conflicts]
+    assert codes == ["tracker.instance_claim_conflict"] * 3 + ["ok"] * 1 + [
+        "tracker.instance_claim_conflict",
+        "ok",
+    ], conflicts
+    assert held(served) == {VFS[2]: inst, VFS[1]: bare}
+    tracker.abort_instance_claim(inst)
+    tracker.abort_instance_claim(bare)
+    assert held(served) == {}
+
+
 def test_schema_valid_requests_get_a_claim_or_a_typed_refusal(served):
     """Whatever the schema lets through, the answer is a claim or a refusal
     a caller can act on, never ``rpc.internal_error``; no device is ever
@@ -457,5 +517,26 @@ def test_with_pci_in_placement_a_standalone_claim_allocates_its_devices(broker, 
                 f"{host}_{PF.upper()}": {"CUSTOM_PCI_8086_154C": 2},
                 f"{host}_{GPU.upper()}": {"CUSTOM_PCI_10DE_1EB8": 1},
             }
+
+            # issue 34: the call retried after an attach answers the claim
+            # held, before the next audit has put the attached device in
+            # the allocation as after it.
+            port = {"alias": "nic", "count": 1, "request_id": "port-1"}
+            attached, retried = conduct(
+                broker,
+                ("attach_pci_devices", {"instance_uuid": instance, "pci_requests": [port]}),
+                call,
+                server=PLACEMENT_HOST,
+                version="1.6",
+            )
+            devices = result(reply)["pci_devices"] + result(attached)["pci_devices"]
+            assert result(retried) == {**result(reply), "pci_devices": devices}
+            assert api.get(f"/allocations/{instance}").json()["allocations"] == held
+            served.agent.audit()
+            (again,) = conduct(broker, call, server=PLACEMENT_HOST, version="1.6")
+            assert result(again) == result(retried)
+            now = api.get(f"/allocations/{instance}").json()["allocations"]
+            pf_provider = next(rp for rp, name in names.items() if name == f"{host}_{PF.upper()}")
+            assert now[pf_provider]["resources"] == {"CUSTOM_PCI_8086_154C": 3}
         finally:
             served.stop()

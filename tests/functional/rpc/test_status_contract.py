@@ -18,7 +18,9 @@ from rtagent.rpc.client import AgentClient
 from rtagent.rpc.transport import get_transport
 from rtagent.testing.faultproxy import FaultProxy
 from rtagent.testing.placement_server import PlacementServer
+from tests.functional.rpc.conftest import placement_adapter
 from tests.functional.rpc.harness import DEMO_URI, bounded_call, make_conf
+from tests.functional.rpc.test_pci_contract import conduct
 
 pytestmark = pytest.mark.functional
 
@@ -198,3 +200,76 @@ def test_in_sync_is_false_once_a_sync_is_overdue(running):
     proxy.release()
     sync = wait_for(lambda: (s := status(client)["sync"])["in_sync"] and s, 60, "in sync again")
     assert sync["overdue"] is False
+
+
+def test_claims_free_is_how_much_more_claims_take(running, broker):
+    """issue 34: on the demo host, filled in part, each class's
+    ``claims.free`` (what claims are checked against) is exactly what
+    further claims can take, asked by a conductor that does not import
+    rtagent; ``placement`` is the inventory Placement holds. (The plain
+    ``free`` counts the running domains without a claim as used, where
+    claims and Placement reserve them in whole units: VCPU free 5 while 4
+    claims fit, on the empty demo host.)"""
+    _, proxy, client = running
+    wait_for(lambda: status(client)["sync"]["in_sync"], 90, "the daemon in sync")
+
+    def call(*calls):
+        return [_result(r) for r in conduct(broker, *calls, server=HOST, version="1.6")]
+
+    def claim(instance, vcpus, memory_mb):
+        flavor = {"vcpus": vcpus, "memory_mb": memory_mb}
+        return ("instance_claim", {"instance_uuid": instance, "flavor": flavor})
+
+    _, after_fill = call(claim(str(uuid.uuid4()), 2, 4096), ("get_status", {}))
+    resources = after_fill["resources"]
+    node = after_fill["node_uuid"]
+    in_placement = placement_adapter(proxy.endpoint, 30).get(
+        f"/resource_providers/{node}/inventories"
+    )
+    for rc, held in in_placement.json()["inventories"].items():
+        shown = resources[rc]["placement"]
+        assert (shown["total"], shown["reserved"], shown["allocation_ratio"]) == (
+            held["total"],
+            held["reserved"],
+            held["allocation_ratio"],
+        ), rc
+        assert shown["capacity"] == (held["total"] - held["reserved"]) * held["allocation_ratio"]
+
+    # MEMORY_MB: a claim of one MiB more than claims.free is refused for
+    # memory, one of exactly that much fits and leaves 0.
+    memory = int(resources["MEMORY_MB"]["claims"]["free"])
+    assert memory == resources["MEMORY_MB"]["claims"]["free"] > 0
+    probe = str(uuid.uuid4())
+    over, fits, full, _ = conduct(
+        broker,
+        claim(probe, 1, memory + 1),
+        claim(probe, 1, memory),
+        ("get_status", {}),
+        ("abort_instance_claim", {"instance_uuid": probe}),
+        server=HOST,
+        version="1.6",
+    )
+    assert over["error"]["code"] == "tracker.compute_resources_unavailable", over
+    assert [r.split(":")[0] for r in over["error"]["details"]["reasons"]] == ["MEMORY_MB"]
+    assert _result(fits)["resources"]["MEMORY_MB"] == memory
+    assert _result(full)["resources"]["MEMORY_MB"]["claims"]["free"] == 0
+
+    # VCPU: one-vCPU claims until refused; as many fit as claims.free said.
+    vcpus = resources["VCPU"]["claims"]["free"]
+    replies = conduct(
+        broker,
+        *[claim(str(uuid.uuid4()), 1, 1) for _ in range(int(vcpus) + 3)],
+        server=HOST,
+        version="1.6",
+    )
+    granted = [r["ok"] for r in replies]
+    assert granted == sorted(granted, reverse=True), granted  # none after a refusal
+    assert granted.count(True) == vcpus, (resources["VCPU"], replies[granted.count(True)])
+    assert replies[-1]["error"]["details"]["reasons"] == [
+        f"VCPU: requested 1, free 0 of capacity {resources['VCPU']['claims']['capacity']:g}"
+    ]
+
+
+def _result(reply):
+    assert reply["ok"], reply
+    return reply["result"]
