@@ -17,7 +17,8 @@ node_opts = [
         "host",
         default=socket.gethostname(),
         sample_default="<current_hostname>",
-        help="Name of this agent's host. Used as the RPC server name and in logs. "
+        help="Name of this agent's host. Used as the RPC server name and in logs: "
+        "1 to 255 characters, without control characters or surrounding spaces. "
         "The Placement root provider is named after the hypervisor hostname, "
         "which the host driver reports.",
     ),

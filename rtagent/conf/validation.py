@@ -7,13 +7,14 @@ the option.
 """
 
 import os
+import re
 import urllib.parse
 
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
-from rtagent import exception
+from rtagent import exception, excerpt, jsonbounds
 from rtagent.conf import default, libvirt, pci, placement, rtagent
 from rtagent.virt import hugepages
 
@@ -50,6 +51,7 @@ def validate(conf, uri_validator=None):
         default.cpu_monitor_enabled(conf.compute_monitors)
     except ValueError as exc:
         raise ConfigError(group="DEFAULT", option="compute_monitors", reason=str(exc)) from exc
+    _check_host(conf.host)
     _check_reserved_cpus(conf)
     hugepages.parse(conf.reserved_huge_pages)
     pci.parse(conf)
@@ -66,6 +68,22 @@ def validate(conf, uri_validator=None):
         except exception.RtagentError as exc:
             raise ConfigError(group="libvirt", option="connection_uri", reason=str(exc)) from exc
     _check_test_driver_file(conf.libvirt.connection_uri)
+
+
+_UNPRINTABLE = re.compile(f"[{jsonbounds.FORBIDDEN_CHARACTERS}]")
+
+
+def _check_host(host):
+    """``host`` names the RPC server's queue and every log line: a newline
+    there (an indented line in the file runs on into the value) gives a
+    queue no conductor calls, and forges log lines."""
+    if not host or len(host) > 255 or _UNPRINTABLE.search(host) or host != host.strip():
+        raise ConfigError(
+            group="DEFAULT",
+            option="host",
+            reason=f"{excerpt.clip(repr(host), 80)} is not a host name: 1 to 255 characters, "
+            "no control characters or surrounding spaces (is the next line indented?)",
+        )
 
 
 def _check_reserved_cpus(conf):

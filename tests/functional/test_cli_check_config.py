@@ -251,6 +251,12 @@ MEGABYTE_OF_RANGES = "0-16383," * 131072
         ),
         (f"[compute]\ncpu_dedicated_set = {MEGABYTE_OF_RANGES}\n", "[compute] cpu_dedicated_set"),
         (f"[compute]\ncpu_dedicated_set = {'x' * 1_000_000}\n", "bad item 'xxx"),
+        # An indented line runs on into the value: a newline in the RPC
+        # server's name (no conductor reaches it) and in every log line.
+        (
+            "[DEFAULT]\nhost = cmp1\n  my_ip = 192.0.2.1\n",
+            "[DEFAULT] host: 'cmp1\\nmy_ip = 192.0.2.1' is not a host name",
+        ),
     ],
     ids=[
         "device-spec-deep",
@@ -260,6 +266,7 @@ MEGABYTE_OF_RANGES = "0-16383," * 131072
         "huge-page-count-5000-digits",
         "cpu-set-1mb-of-ranges",
         "cpu-set-1mb-bad",
+        "host-with-a-newline",
     ],
 )
 @pytest.mark.parametrize("command", [["check-config"], ["audit", "--dry-run"], ["run"]])
