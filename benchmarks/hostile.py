@@ -440,15 +440,16 @@ def drop_behind_ledger(caller, ledger):
     raise SystemExit("negative control: no acknowledged claim to drop")
 
 
-def check_config(conf_path):
-    """(exit status, seconds, stderr lines) of ``rtagent check-config``."""
+def timed_rtagent(conf_path, *command, timeout=60):
+    """(exit status or None on timeout, seconds, stderr lines) of one
+    ``rtagent`` command."""
     t0 = time.monotonic()
     try:
         result = subprocess.run(
-            [RTAGENT, "--config-file", conf_path, "check-config"],
+            [RTAGENT, "--config-file", conf_path, *command],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=timeout,
             check=False,
         )
     except subprocess.TimeoutExpired:
@@ -468,7 +469,7 @@ def hostile_reloads(agent, workdir):
             path = os.path.join(workdir, f"hostile-{name}.conf")
             with open(path, "w") as f:
                 f.write(base + extra)
-            code, seconds, lines = check_config(path)
+            code, seconds, lines = timed_rtagent(path, "check-config")
             longest = max((len(line) for line in lines), default=0)
             one_line = len(lines) == (1 if status else 0)
             print(
@@ -552,19 +553,7 @@ def tampered_starts(agent, workdir):
         conf = os.path.join(workdir, f"tampered-{name}.conf")
         with open(conf, "w") as f:
             f.write(base.replace(f"state_path = {workdir}/state", f"state_path = {state}"))
-        t0 = time.monotonic()
-        try:
-            result = subprocess.run(
-                [RTAGENT, "--config-file", conf, "run"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-            code, lines = result.returncode, result.stderr.splitlines()
-        except subprocess.TimeoutExpired:
-            code, lines = None, []
-        seconds = time.monotonic() - t0
+        code, seconds, lines = timed_rtagent(conf, "run", timeout=30)
         db = sqlite3.connect(f"file:{state}/rtagent.sqlite?mode=ro", uri=True)
         try:
             unchanged = db.execute("SELECT * FROM instances ORDER BY uuid").fetchall() == before
