@@ -125,7 +125,13 @@ def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=(), onlin
         else:
             cpuset = cpus & online if online is not None else cpus
         pcpuset = cpus & dedicated if dedicated is not None else frozenset()
-        siblings = sorted({frozenset(c.siblings) & cpus for c in cell.cpus if c.siblings}, key=min)
+        # Trimmed to the cell's CPU sets, single threads kept, as nova's
+        # libvirt driver reports them (what its filters read).
+        usable = cpuset | pcpuset
+        siblings = sorted(
+            {frozenset(c.siblings) & usable for c in cell.cpus if c.siblings} - {frozenset()},
+            key=min,
+        )
         pages = tuple(
             model.Pages(size_kb=size, total=total, reserved=reserved.get((cell.id, size), 0))
             for size, total in cell.pages
@@ -138,6 +144,7 @@ def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=(), onlin
                 memory_mb=cell.memory_mb,
                 siblings=tuple(siblings),
                 pages=pages,
+                socket=cell.socket,
             )
         )
     return tuple(cells)

@@ -44,6 +44,8 @@ class HostCell:
     :param memory_usage: MiB already used by guests on small pages.
     :param pages: :class:`Pages`, smallest first; the smallest is the
         base page. Empty: page sizes unknown, only ``memory_mb`` counts.
+    :param socket: the cell's socket id, or None when unknown (for nova's
+        view; the fitter does not read it).
     """
 
     id: int
@@ -55,6 +57,7 @@ class HostCell:
     cpu_usage: int = 0
     memory_usage: int = 0
     pages: tuple = ()
+    socket: int | None = None
 
     @property
     def free_pcpus(self):

@@ -7,7 +7,11 @@ cell's shared CPUs, ``pcpuset`` its dedicated ones, ``memory`` and
 ``pinned_cpus`` the dedicated CPUs taken (pinned vCPUs, isolated cores,
 emulator threads), ``siblings`` the cell's cores as lists of thread ids,
 ``mempages`` one entry per page size (``size_kb``, ``total``, ``used``,
-``reserved``).
+``reserved``), ``socket`` the cell's socket (None when unknown: nova's PCI
+``socket`` policy reads it), ``network_metadata`` the physical networks
+and tunnels with NUMA affinity here (``physnets``, ``tunneled``; rtagent
+has no such affinity configured, so none, as nova without its
+``[neutron_physnet_*] numa_nodes`` options).
 """
 
 
@@ -34,4 +38,6 @@ def _cell(cell):
             {"size_kb": p.size_kb, "total": p.total, "used": p.used, "reserved": p.reserved}
             for p in cell.pages
         ],
+        "socket": cell.socket,
+        "network_metadata": {"physnets": [], "tunneled": False},
     }

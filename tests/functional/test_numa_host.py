@@ -158,3 +158,24 @@ def test_without_cpu_sets_a_cells_shared_cpus_are_its_online_ones(tmp_path):
     cells = host_cells(view.numa_cells, online=view.online_cpus)
     assert [c.cpuset for c in cells] == [{0, 2, 4}, set()]
     assert all(not c.pcpuset for c in cells)
+
+
+def test_the_view_trims_siblings_to_the_cpu_sets_and_says_socket_and_networks(tmp_path):
+    """As nova's libvirt driver reports the cells (issue 32): a core's
+    threads outside both CPU sets are left out, a lone one kept; nova's
+    filters read ``socket`` (the PCI socket policy) and
+    ``network_metadata``."""
+    from rtagent.numa.view import numa_topology
+
+    tracker, store = make_tracker(tmp_path)
+    try:
+        snap = tracker.update_host(read_host(dedicated="2,4,6,8,26,28", shared="0,1,16,17"))
+    finally:
+        store.close()
+    cells = numa_topology(snap.numa_cells)["cells"]
+    assert [c["siblings"] for c in cells] == [
+        [[0, 16], [1, 17], [2], [4], [6]],
+        [[8], [26], [28]],
+    ]
+    assert [c["socket"] for c in cells] == [0, 1]
+    assert all(c["network_metadata"] == {"physnets": [], "tunneled": False} for c in cells)
