@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 
 NOVA_VENV ?= .venv-nova
 
-.PHONY: all venv nova-venv demo test test-nova test-nova-integration test-nova-suites nova-baseline unit functional lint format genconfig check-genconfig bench bench-fleet soak clean
+.PHONY: all venv nova-venv demo test test-nova test-nova-integration test-nova-suites test-cloud nova-baseline unit functional lint format genconfig check-genconfig bench bench-fleet soak clean
 
 all: test
 
@@ -21,8 +21,8 @@ demo: venv
 	$(PY) tools/demo.py
 
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not real_libvirtd" $(PYTEST_ARGS) --ignore=tests/nova tests
-	$(PY) -m pytest -q -m real_libvirtd $(PYTEST_ARGS) --ignore=tests/nova tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not real_libvirtd" $(PYTEST_ARGS) --ignore=tests/nova --ignore=tests/cloud tests
+	$(PY) -m pytest -q -m real_libvirtd $(PYTEST_ARGS) --ignore=tests/nova --ignore=tests/cloud tests
 
 # nova 34.0.0's own functional tests with rtagent as the resource tracker
 # (tools/nova_tests.py; docs/nova.md), in their own virtualenv, after the
@@ -39,6 +39,18 @@ test-nova-integration: nova-venv
 
 test-nova-suites: nova-venv
 	$(NOVA_VENV)/bin/python tools/nova_tests.py
+
+# A real two-host nova cloud on rtagent, driven through nova's REST API
+# (tests/cloud, issue 33): RabbitMQ, Placement, PostgreSQL, nova-api,
+# nova-conductor, nova-scheduler and per host `rtagent run` beside
+# rtagent-nova-compute, every one a process started and stopped by PID;
+# step figures at the end. nova's services reach PostgreSQL through
+# psycopg2, which tools/nova-constraints.txt does not pin (so make
+# test-nova's recorded baseline still holds): installed here if missing.
+test-cloud: nova-venv
+	@$(NOVA_VENV)/bin/python -c "import psycopg2" 2>/dev/null || \
+	    $(NOVA_VENV)/bin/pip install -q "psycopg2-binary==2.9.13"
+	$(NOVA_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/cloud
 
 # Stock nova's results for the suites make test-nova selects, recorded in
 # tools/nova-baseline.json (about 25 minutes); needed again when nova, Python,

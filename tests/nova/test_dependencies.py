@@ -22,3 +22,17 @@ def test_the_nova_extra_imports_only_nova_and_declared_dependencies():
     stray = {d: sorted(p)[:3] for d, p in used.items() if d not in runtime | nova_needs | {"nova"}}
     assert not stray, f"rtagent/nova imports what neither rtagent nor nova requires: {stray}"
     assert "nova" in used
+
+
+def test_the_cloud_test_imports_only_nova_and_declared_dependencies():
+    """tests/cloud (make test-cloud) runs in .venv-nova: nova, what nova
+    requires, rtagent's declared dependencies and its test ones."""
+    runtime, test = declared()
+    nova_needs = {
+        normalise(re.match(r"[A-Za-z0-9._-]+", r).group(0)) for r in metadata.requires("nova")
+    }
+    used = imported("tests/cloud")
+    stray = {
+        d: sorted(p)[:3] for d, p in used.items() if d not in runtime | test | nova_needs | {"nova"}
+    }
+    assert not stray, f"tests/cloud imports what neither rtagent nor nova requires: {stray}"

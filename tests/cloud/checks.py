@@ -1,0 +1,198 @@
+"""What each host should hold given the servers on it (the scenario's
+model), and the comparison of what Placement, nova's os-hypervisors and
+each agent's status say with it. Pure: :func:`compare` is given what was
+read (:class:`HostView`), it reads nothing.
+"""
+
+import dataclasses
+
+from tests.cloud.control import ACCOUNTING
+
+CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
+# Known defects a finding can be (Finding.known).
+DEPARTING_COUNTED = "issue 31: running_vms counts a departing server"
+UNKNOWN_CONSUMERS = "issue 31: unknown consumers"
+MOVE_UNKNOWN_AT_SOURCE = (
+    "the source's agent is not told of a move: its migration consumer is unknown there"
+)
+RESERVED_MEMORY_MB = int(ACCOUNTING["reserved_host_memory_mb"])
+RESERVED_DISK_GB = int(ACCOUNTING["reserved_host_disk_mb"]) // 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Flavor:
+    name: str
+    vcpus: int
+    ram: int
+    disk: int
+    id: str = ""
+
+    def resources(self):
+        return {"VCPU": self.vcpus, "MEMORY_MB": self.ram, "DISK_GB": self.disk}
+
+
+@dataclasses.dataclass(frozen=True)
+class Move:
+    """A resize or cold migration waiting for its confirmation: the source
+    keeps the old flavor, held by the migration's consumer."""
+
+    migration: str
+    source: str
+    old: Flavor
+
+
+class Model:
+    """Where the scenario's servers are: server -> (host, flavor); the moves
+    waiting in VERIFY_RESIZE; servers evacuated from a host that is still
+    down (nova keeps their allocation there until it starts again)."""
+
+    def __init__(self):
+        self.servers = {}
+        self.moves = {}
+        self.evacuated = {}
+
+    def place(self, server, host, flavor):
+        self.servers[server] = (host, flavor)
+
+    def remove(self, server):
+        self.servers.pop(server, None)
+        self.moves.pop(server, None)
+        self.evacuated.pop(server, None)
+
+    def host_of(self, server):
+        return self.servers[server][0]
+
+    def on(self, host):
+        return {s for s, (h, _) in self.servers.items() if h == host}
+
+    def consumers(self, host):
+        """consumer -> resources it should hold on ``host``'s provider."""
+        found = {s: f.resources() for s, (h, f) in self.servers.items() if h == host}
+        for move in self.moves.values():
+            if move.source == host:
+                found[move.migration] = move.old.resources()
+        for server, source in self.evacuated.items():
+            if source == host:
+                found[server] = self.servers[server][1].resources()
+        return found
+
+    def usage(self, host):
+        used = dict.fromkeys(CLASSES, 0)
+        for resources in self.consumers(host).values():
+            for rc, amount in resources.items():
+                used[rc] += amount
+        return used
+
+    def departing(self, host):
+        """Servers whose confirmation-waiting move leaves ``host``."""
+        return {s for s, m in self.moves.items() if m.source == host}
+
+
+@dataclasses.dataclass
+class HostView:
+    """What was read about one host; ``hypervisor`` and ``agent`` are None
+    when that service is not running (nothing to ask)."""
+
+    name: str
+    provider: str
+    usages: dict
+    allocations: dict
+    inventories: dict
+    hypervisor: dict | None
+    agent: dict | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    host: str
+    source: str
+    what: str
+    expected: object
+    got: object
+    # A known defect this finding is (issue 31), or "".
+    known: str = ""
+
+    def __str__(self):
+        note = f" [known: {self.known}]" if self.known else ""
+        return (
+            f"{self.host} {self.source} {self.what}: expected {self.expected}, got {self.got}{note}"
+        )
+
+
+def compare(model, view, server_allocations, providers):
+    """Findings where ``view`` (a :class:`HostView`) disagrees with
+    ``model``. ``server_allocations``: server -> {provider: resources} of
+    the servers on this host, as Placement has them; ``providers``: host ->
+    its provider."""
+    found = []
+    host = view.name
+
+    def expect(source, what, expected, got, known=""):
+        if expected != got:
+            found.append(Finding(host, source, what, expected, got, known))
+
+    usage = model.usage(host)
+    expect("placement", "usages", usage, {rc: view.usages.get(rc, 0) for rc in CLASSES})
+    expect("placement", "allocations", model.consumers(host), view.allocations)
+    for rc, inv in view.inventories.items():
+        capacity = (inv["total"] - inv["reserved"]) * inv["allocation_ratio"]
+        if view.usages.get(rc, 0) > capacity:
+            found.append(
+                Finding(host, "placement", f"{rc} oversubscribed", capacity, view.usages[rc])
+            )
+    for server in sorted(model.on(host)):
+        resources = model.servers[server][1].resources()
+        expected = {view.provider: resources}
+        if server in model.evacuated:
+            expected[providers[model.evacuated[server]]] = resources
+        expect("placement", f"allocations of {server}", expected, server_allocations.get(server))
+    totals = {rc: inv["total"] for rc, inv in view.inventories.items()}
+    if view.hypervisor is not None:
+        _hypervisor(model, view, usage, totals, expect)
+    if view.agent is not None:
+        _agent(model, view, usage, totals, expect)
+    return found
+
+
+def _hypervisor(model, view, usage, totals, expect):
+    hv = view.hypervisor
+    expect("os-hypervisors", "vcpus_used", usage["VCPU"], hv["vcpus_used"])
+    expect(
+        "os-hypervisors",
+        "memory_mb_used",
+        RESERVED_MEMORY_MB + usage["MEMORY_MB"],
+        hv["memory_mb_used"],
+    )
+    expect(
+        "os-hypervisors", "local_gb_used", RESERVED_DISK_GB + usage["DISK_GB"], hv["local_gb_used"]
+    )
+    running = len(model.on(view.name))
+    departing = len(model.departing(view.name))
+    known = DEPARTING_COUNTED if departing and hv["running_vms"] == running + departing else ""
+    expect("os-hypervisors", "running_vms", running, hv["running_vms"], known)
+    expect(
+        "os-hypervisors",
+        "totals",
+        {
+            "VCPU": totals.get("VCPU"),
+            "MEMORY_MB": totals.get("MEMORY_MB"),
+            "DISK_GB": totals.get("DISK_GB"),
+        },
+        {"VCPU": hv["vcpus"], "MEMORY_MB": hv["memory_mb"], "DISK_GB": hv["local_gb"]},
+    )
+
+
+def _agent(model, view, usage, totals, expect):
+    node = view.agent
+    resources = node["resources"]
+    expect("agent", "used", usage, {rc: resources.get(rc, {}).get("used", 0) for rc in CLASSES})
+    expect("agent", "totals", totals, {rc: r["total"] for rc, r in resources.items()})
+    held = set(node["instance_uuids"])
+    on = model.on(view.name)
+    expect("agent", "instances", sorted(on), sorted(held & on))
+    allowed = on | model.departing(view.name)
+    expect("agent", "instances not on the host", [], sorted(held - allowed))
+    unknown = set(((node.get("sync") or {}).get("placement") or {}).get("unknown_consumers") or ())
+    leaving = {m.migration for m in model.moves.values() if m.source == view.name}
+    expect("agent", "unknown consumers", [], sorted(unknown - leaving), UNKNOWN_CONSUMERS)
+    expect("agent", "unknown consumers", [], sorted(unknown & leaving), MOVE_UNKNOWN_AT_SOURCE)
