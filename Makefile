@@ -44,12 +44,8 @@ test-nova-suites: nova-venv
 # (tests/cloud, issue 33): RabbitMQ, Placement, PostgreSQL, nova-api,
 # nova-conductor, nova-scheduler and per host `rtagent run` beside
 # rtagent-nova-compute, every one a process started and stopped by PID;
-# step figures at the end. nova's services reach PostgreSQL through
-# psycopg2, which tools/nova-constraints.txt does not pin (so make
-# test-nova's recorded baseline still holds): installed here if missing.
+# step figures at the end.
 test-cloud: nova-venv
-	@$(NOVA_VENV)/bin/python -c "import psycopg2" 2>/dev/null || \
-	    $(NOVA_VENV)/bin/pip install -q "psycopg2-binary==2.9.13"
 	$(NOVA_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/cloud
 
 # Stock nova's results for the suites make test-nova selects, recorded in
