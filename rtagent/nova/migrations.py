@@ -61,13 +61,19 @@ def source_node_uuid(context, migration):
     all; the destination only needs to know that the move comes from
     elsewhere, so it gets a stable stand-in derived from the names.
     """
+    return _node_uuid(context, migration.source_compute, migration.source_node)
+
+
+def dest_node_uuid(context, migration):
+    """The UUID of the node the instance moves to (as :func:`source_node_uuid`)."""
+    return _node_uuid(context, migration.dest_compute, migration.dest_node)
+
+
+def _node_uuid(context, host, nodename):
     try:
-        return objects.ComputeNode.get_by_host_and_nodename(
-            context, migration.source_compute, migration.source_node
-        ).uuid
+        return objects.ComputeNode.get_by_host_and_nodename(context, host, nodename).uuid
     except exception.ComputeHostNotFound:
-        name = f"{migration.source_compute}/{migration.source_node}"
-        return str(uuidlib.uuid5(_OTHER_CELL_NODES, name))
+        return str(uuidlib.uuid5(_OTHER_CELL_NODES, f"{host}/{nodename}"))
 
 
 def new_pci_requests(instance, new_flavor):

@@ -161,6 +161,18 @@ def instance_topology(flavor, image_meta, placed):
     return requested
 
 
+def pinned_cpus(topology):
+    """The host CPUs an ``InstanceNUMATopology`` (or None) pins its guest
+    to: its vCPUs' and its emulator threads'; empty for a floating guest."""
+    found = set()
+    for cell in topology.cells if topology is not None else ():
+        if cell.obj_attr_is_set("cpu_pinning_raw") and cell.cpu_pinning:
+            found.update(int(cpu) for cpu in cell.cpu_pinning.values())
+        if cell.obj_attr_is_set("cpuset_reserved") and cell.cpuset_reserved:
+            found.update(int(cpu) for cpu in cell.cpuset_reserved)
+    return found
+
+
 def compute_node_topology(driver_topology, view_topology):
     """``ComputeNode.numa_topology`` (nova's JSON of a ``NUMATopology``):
     the virt driver's cells (its JSON string, for what the agent does not

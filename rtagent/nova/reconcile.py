@@ -8,9 +8,20 @@ the agent keeps its claims, and this brings them back to what the database
 says where the two could part: a move that ended while nobody told the
 agent (the destination learns of a confirm through here), an instance nova
 has on the node without a claim (a first start beside an existing
-nova-compute adopts its instances this way), and a claim of an instance
-nova deleted, offloaded or placed elsewhere (released; the agent then heals
-its allocations on the node, as nova's tracker deleted them).
+nova-compute adopts its instances this way), a move out of the node the
+agent was not told of, and a claim of an instance nova deleted, offloaded
+or placed elsewhere (released; the agent then heals its allocations on the
+node, as nova's tracker deleted them).
+
+A move out of the node is recorded here, at the source's first periodic
+after it starts, as nova's own source tracker learns of it: ComputeManager
+calls the source's tracker at no step before the confirmation, and the
+destination's claim reaches only the destination's agent. Recorded, the
+move's migration consumer (nova's conductor moves the source's allocation
+to it) is known to the source's agent, and once the guest has left the
+instance no longer counts there (``running_vms``). An instance the agent
+does not hold yet (a first start while the move was under way) is claimed
+first, with the flavor and the CPUs it has on the node.
 """
 
 import dataclasses
@@ -26,6 +37,9 @@ LOG = logging.getLogger(__name__)
 # Migration statuses after which the move is over.
 _DONE = frozenset({"confirmed", "done", "completed"})
 _UNDONE = frozenset({"reverted", "error", "failed", "cancelled"})
+# The moves a source records (an evacuation's source is down: nova-compute
+# there deletes the evacuated instances' allocations when it starts again).
+_DEPARTING = frozenset({"resize", "migration", "live-migration"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +56,22 @@ class NodeRecords:
     moving: object
 
 
-def reconcile(link, context, records, claim, claiming=lambda uuid: False):
+def reconcile(link, context, records, *, adopt, depart, claiming=lambda uuid: False):
     """Bring the agent's claims on ``records.cn`` to what nova's database
     says, by difference: one call reads the agent's claims and moves
     (``get_status``), and only what differs costs more: a move step for a
-    move that ended, a claim for an instance the agent does not hold, a
-    release for a claim nova's rows do not explain. In the steady state
-    that is no agent call and no database query beyond the two bulk reads
-    in ``records``.
+    move that ended, a move recorded at its source, a claim for an
+    instance the agent does not hold, a release for a claim nova's rows do
+    not explain. In the steady state that is no agent call and no database
+    query beyond the two bulk reads in ``records``.
 
-    :param claim: callable(context, instance, cn, limits) that claims an
-        instance through the agent (raises AgentRefused).
+    :param adopt: callable(context, instance, cn, flavor, topology) that
+        claims an instance nova has on the node through the agent, with
+        ``flavor`` and the host CPUs ``topology`` (its
+        ``InstanceNUMATopology`` here, or None) pins it to (raises
+        AgentRefused).
+    :param depart: callable(context, instance, cn, migration) that records
+        a move out of ``cn`` with the agent (raises AgentRefused).
     :param claiming: callable(instance UUID) -> True while a claim of it
         or its release is under way (its rows not written yet): such an
         instance is neither released nor claimed here.
@@ -60,8 +79,18 @@ def reconcile(link, context, records, claim, claiming=lambda uuid: False):
     cn = records.cn
     status = link.call("get_status", node_uuid=cn.uuid)
     held = set(status.get("instance_uuids") or ())
+    known = {m["migration_uuid"] for m in status.get("moves") or ()}
+    if _record_departures(
+        context, records, held, known, adopt=adopt, depart=depart, claiming=claiming
+    ):
+        status = link.call("get_status", node_uuid=cn.uuid)
+        held = set(status.get("instance_uuids") or ())
     moving = _settle_moves(link, context, cn, status.get("moves") or (), claiming)
-    moving |= {m.instance_uuid for m in records.moving if not _live_migration_landed(context, m)}
+    moving |= {
+        m.instance_uuid
+        for m in records.moving
+        if not _live_migration_landed(context, m) and not _landed_unrecorded(m, records, known)
+    }
     here = {i.uuid for i in records.instances}
     for uuid in held - here - moving:
         # Checked after the agent's claims were read: a claim under way
@@ -77,7 +106,88 @@ def reconcile(link, context, records, claim, claiming=lambda uuid: False):
             continue
         if vm_states.allow_resource_removal(vm_state=listed.vm_state, task_state=listed.task_state):
             continue
-        _adopt(context, records, listed.uuid, claim)
+        _adopt(context, records, listed.uuid, adopt)
+
+
+def _departs(migration, records):
+    """True for a move out of ``records.cn`` to another node that is under
+    way and that this node's source records: once its destination is
+    chosen (a live migration's conductor names it after scheduling)."""
+    return (
+        migration.migration_type in _DEPARTING
+        and migration.status not in _DONE | _UNDONE
+        and (migration.source_compute, migration.source_node)
+        == (records.host, records.cn.hypervisor_hostname)
+        and bool(migration.dest_compute and migration.dest_node)
+        and (migration.dest_compute, migration.dest_node)
+        != (migration.source_compute, migration.source_node)
+    )
+
+
+def _landed_unrecorded(migration, records, known):
+    """True for a resize or cold migration to ``records.cn`` whose guest
+    runs here already (``finished``: waiting for its confirmation) and
+    that the agent has not recorded: a first start while it waited. The
+    instance is then claimed here like any other (with the new flavor and
+    the CPUs it runs on); a revert releases it."""
+    return (
+        migration.uuid not in known
+        and migration.status == "finished"
+        and (migration.dest_compute, migration.dest_node)
+        == (records.host, records.cn.hypervisor_hostname)
+        and (migration.source_compute, migration.source_node)
+        != (migration.dest_compute, migration.dest_node)
+    )
+
+
+def _record_departures(context, records, held, known, *, adopt, depart, claiming):
+    """Record with the agent the moves out of the node it does not know;
+    :returns: True if one was recorded.
+
+    Each migration is read again first, then the marks of steps under way
+    checked (as :func:`_settle_moves` does): a confirm or revert marks its
+    instance before it writes the migration's row, so a row read here that
+    says the move is under way is either still so when the agent records
+    it, or its step is marked now and the move is left to it."""
+    recorded = False
+    for listed in records.moving:
+        if listed.uuid in known or not _departs(listed, records):
+            continue
+        migration = _migration(context, listed.uuid)
+        if migration is None or not _departs(migration, records):
+            continue
+        if claiming(migration.instance_uuid):
+            continue
+        instance = _moving_instance(context, migration.instance_uuid)
+        if instance is None:
+            continue
+        try:
+            if migration.instance_uuid not in held:
+                # A first start while the move was under way: the flavor
+                # and cells the instance has here, the source (once the
+                # guest has left, those the move keeps as old).
+                mc = instance.migration_context
+                old_numa = mc.old_numa_topology if mc is not None else instance.numa_topology
+                flavor = instance.old_flavor or instance.flavor
+                adopt(context, instance, records.cn, flavor, old_numa)
+            depart(context, instance, records.cn, migration)
+        except AgentRefused as exc:
+            LOG.error(
+                "Move %s of instance %s out of node %s cannot be recorded with the agent: %s",
+                migration.uuid,
+                migration.instance_uuid,
+                records.cn.hypervisor_hostname,
+                exc,
+            )
+            continue
+        LOG.info(
+            "Move %s of instance %s out of node %s recorded at its source",
+            migration.uuid,
+            migration.instance_uuid,
+            records.cn.hypervisor_hostname,
+        )
+        recorded = True
+    return recorded
 
 
 def _settle_moves(link, context, cn, moves, claiming):
@@ -111,17 +221,17 @@ def _settle_moves(link, context, cn, moves, claiming):
     return moving
 
 
-def _adopt(context, records, instance_uuid, claim):
+def _adopt(context, records, instance_uuid, adopt):
     """Claim an instance nova has on the node without a claim (adopted at
-    a first start, or a claim lost). Read again first: the list was read
-    before the agent's claims, and an instance deleted in between (its
-    claim released) must not be claimed back."""
+    a first start, or a claim lost), with the CPUs it runs on. Read again
+    first: the list was read before the agent's claims, and an instance
+    deleted in between (its claim released) must not be claimed back."""
     nodename = records.cn.hypervisor_hostname
     instance = _still_here(context, instance_uuid, records.host, nodename)
     if instance is None:
         return
     try:
-        claim(context, instance, records.cn, None)
+        adopt(context, instance, records.cn, instance.flavor, instance.numa_topology)
     except AgentRefused as exc:
         LOG.error(
             "Instance %s is on node %s in nova's database but the agent refuses its claim: %s",
@@ -171,6 +281,16 @@ def _live_migration_landed(context, migration):
     except exception.InstanceNotFound:
         return False
     return (instance.host, instance.node) == (migration.dest_compute, migration.dest_node)
+
+
+def _moving_instance(context, instance_uuid):
+    """The instance of a move, with its flavors, or None if deleted."""
+    try:
+        return objects.Instance.get_by_uuid(
+            context, instance_uuid, expected_attrs=["flavor", "migration_context"]
+        )
+    except exception.InstanceNotFound:
+        return None
 
 
 def _still_here(context, instance_uuid, host, nodename):

@@ -256,7 +256,8 @@ class RtagentResourceTracker:
                 self.link,
                 context,
                 reconcile.NodeRecords(self.host, cn, instances, moving),
-                self._claim,
+                adopt=self._adopt,
+                depart=self._depart,
                 claiming=self._claiming_now,
             )
             self._reconcile_pci(context, cn)
@@ -486,18 +487,53 @@ class RtagentResourceTracker:
             rows.free(context, instance)
             rows.save(context)
 
-    def _claim(self, context, instance, cn, limits):
-        """The agent's claim of ``instance`` on ``cn``: its reply."""
+    def _claim(self, context, instance, cn, limits, flavor=None, running=()):
+        """The agent's claim of ``instance`` on ``cn`` (with ``flavor``,
+        default the instance's): its reply.
+
+        :param running: the host CPUs the guest already runs pinned on (an
+            instance adopted by the periodic), which its claim keeps.
+        """
+        flavor = flavor or instance.flavor
+        numa_request = self._numa_request(cn, flavor, instance.image_meta)
+        if numa_request and running:
+            numa_request["running_cpus"] = sorted(running)
         return self.link.call(
             "instance_claim",
             node_uuid=cn.uuid,
             instance_uuid=instance.uuid,
-            flavor=requests.flavor(instance.flavor),
+            flavor=requests.flavor(flavor),
             volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
             project_id=requests.project_id(instance),
             limits=requests.limits(limits),
-            **self._numa_request(cn, instance.flavor, instance.image_meta),
+            **numa_request,
             **requests.pci_args(requests.pci_requests(instance.pci_requests)),
+        )
+
+    def _adopt(self, context, instance, cn, flavor, topology):
+        """The periodic's claim of an instance nova has on ``cn`` and the
+        agent does not hold (a first start beside nova's records): with
+        ``flavor`` and the host CPUs ``topology`` pins it to, which it
+        keeps (docs/numa.md, "Claimed where it runs")."""
+        self._claim(context, instance, cn, None, flavor, numa.pinned_cpus(topology))
+
+    def _depart(self, context, instance, cn, migration):
+        """The periodic's record of a move out of ``cn`` (docs/nova.md,
+        "Moves at the source"): the source's agent then knows the move's
+        migration consumer and counts the instance as gone once it left."""
+        new_flavor = instance.new_flavor or instance.flavor
+        self.link.call(
+            "start_move",
+            node_uuid=cn.uuid,
+            migration_uuid=migration.uuid,
+            instance_uuid=instance.uuid,
+            migration_type=requests.move_type(migration),
+            source_node=cn.uuid,
+            dest_node=migrations.dest_node_uuid(context, migration),
+            old_flavor=requests.flavor(instance.old_flavor or instance.flavor),
+            new_flavor=requests.flavor(new_flavor),
+            volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
+            **self._numa_request(cn, new_flavor, instance.image_meta),
         )
 
     def _numa_request(self, cn, flavor, image_meta):
@@ -767,7 +803,11 @@ class RtagentResourceTracker:
                 # (nova's own tracker has dropped the claim by then), but
                 # not when the migration's status could not be saved.
                 if cn is not None and "status" not in migration.obj_what_changed():
-                    reconcile.step(self.link, "revert_move", cn, migration.uuid)
+                    if not reconcile.step(self.link, "revert_move", cn, migration.uuid):
+                        # The agent holds the instance here without the
+                        # move (adopted while the resize waited): for this
+                        # node the instance simply goes back.
+                        reconcile.release(self.link, cn, instance.uuid)
         if cn is not None:
             self._refresh_node(cn)
 

@@ -57,8 +57,11 @@ class Flusher:
         self._rng = rng
         self._created = created
         # Custom traits and classes known to exist in Placement (created by
-        # us or seen on a provider): each costs one PUT, once per process.
-        self._known = set()
+        # us): each costs one PUT, once per process.
+        # Two sets: Placement keeps traits and classes apart, and one name
+        # may be both (nova's provider-config tests name them alike).
+        self._known_traits = set()
+        self._known_classes = set()
         # Placement as the answered writes of the last flush left it; kept
         # when a flush fails half-way, as those writes are real.
         self.view = None
@@ -180,7 +183,9 @@ class Flusher:
                 ),
             )
         else:
-            self._ensure_custom(op.traits - current.traits, self._client.ensure_trait)
+            self._ensure_custom(
+                op.traits - current.traits, self._client.ensure_trait, self._known_traits
+            )
             generation = self.send(self._client.put_traits, op.uuid, current.generation, op.traits)
             provider = current.replace(generation=generation, traits=op.traits)
         self.view = self.view.with_provider(provider)
@@ -219,11 +224,12 @@ class Flusher:
     def _ensure_classes(self, op, current):
         """Create the custom classes ``op`` (SetInventories) adds."""
         added = set(op.inventories) - set(current.inventories)
-        self._ensure_custom(added, self._client.ensure_resource_class)
+        self._ensure_custom(added, self._client.ensure_resource_class, self._known_classes)
 
-    def _ensure_custom(self, names, create):
-        """Create the custom names among ``names`` not known to exist."""
+    def _ensure_custom(self, names, create, known):
+        """Create the custom names among ``names`` not in ``known`` (the
+        traits or the classes known to exist)."""
         for name in sorted(names):
-            if name.startswith("CUSTOM_") and name not in self._known:
+            if name.startswith("CUSTOM_") and name not in known:
                 self.send(create, name)
-                self._known.add(name)
+                known.add(name)

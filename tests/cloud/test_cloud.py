@@ -11,12 +11,12 @@ status --json`` agree with the flavors of the servers on each host, within
 :data:`~tests.cloud.harness.BOUND_S`. A step after a failed one fails
 at once, naming it.
 
-The steps that leave a move waiting for confirmation are expected to fail
-on known defects only (:data:`MOVE_WAITING`): the rest of what they check
-must agree. The adoption path (stock nova-compute first, resizes waiting
-for confirmation while a host moves to rtagent) is a test of its own,
-expected to fail with unknown consumers until issue 31 is fixed. Both are
-strict: once fixed, they fail as XPASS until the mark is removed.
+While a resize or cold migration waits for its confirmation, the source
+keeps the old flavor under the migration's consumer, and neither nova
+(running_vms) nor the source's agent counts the server there any longer.
+The adoption path (stock nova-compute first, resizes waiting for
+confirmation in each direction while a host moves to rtagent and back) is
+a test of its own.
 """
 
 import contextlib
@@ -24,24 +24,9 @@ import time
 
 import pytest
 
-from tests.cloud.harness import (
-    ACTION_BOUND_S,
-    KnownMoveDefects,
-    UnknownConsumers,
-    start_cloud,
-)
+from tests.cloud.harness import ACTION_BOUND_S, start_cloud
 
 A, B = "cloud-a", "cloud-b"
-
-# The steps that leave a resize or cold migration waiting for confirmation:
-# the move is taken and checked, and fails only on these known defects.
-MOVE_WAITING = pytest.mark.xfail(
-    strict=True,
-    raises=KnownMoveDefects,
-    reason="while a move waits for confirmation, os-hypervisors' running_vms at the source "
-    "counts the departing server (issue 31), and the source's agent, never told of the "
-    "move, reports the move's migration consumer as unknown (found by this test)",
-)
 
 
 class Scenario:
@@ -59,9 +44,6 @@ class Scenario:
             pytest.fail(f"not run: step {self.broken} failed", pytrace=False)
         try:
             yield
-        except KnownMoveDefects:
-            # The step was taken; only that known defect's check failed.
-            raise
         except Exception:
             self.broken = name
             raise
@@ -152,7 +134,6 @@ class TestTwoHostsOnRtagent:
             scenario.named["mover"] = scenario.on(A, scenario.large)
             scenario.named["stayer"] = scenario.on(B, scenario.large)
 
-    @MOVE_WAITING
     def test_07_resize_waits_for_confirmation(self, scenario):
         with scenario.step("resize_verify"):
             cloud = scenario.cloud
@@ -169,7 +150,6 @@ class TestTwoHostsOnRtagent:
             _, took = timed(cloud.confirm, scenario.named["mover"])
             cloud.agree("resize_confirm", action_s=took)
 
-    @MOVE_WAITING
     def test_09_resize_back_waits_for_confirmation(self, scenario):
         with scenario.step("resize_verify_2"):
             cloud = scenario.cloud
@@ -185,7 +165,6 @@ class TestTwoHostsOnRtagent:
             _, took = timed(cloud.revert, scenario.named["mover"])
             cloud.agree("resize_revert", action_s=took)
 
-    @MOVE_WAITING
     def test_11_cold_migration_waits_for_confirmation(self, scenario):
         with scenario.step("migrate_verify"):
             cloud = scenario.cloud
@@ -260,12 +239,6 @@ def adoption(control, flavors, figures):
         cloud.retire()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnknownConsumers,
-    reason="issue 31: adoption while a resize waits for confirmation leaves the agent "
-    "with no instance and no move; the instance and the migration become unknown consumers",
-)
 def test_adoption_while_resizes_wait_for_confirmation(adoption, flavors):
     cloud = adoption
     a, b = "adopt-a", "adopt-b"

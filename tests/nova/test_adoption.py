@@ -11,7 +11,9 @@ from rtagent.nova.testing import RtagentTrackerFixture, placement_started
 from tests.nova.harness import KeepsTestMethod
 
 
-class AdoptionAndRollback(KeepsTestMethod, integrated_helpers.ProviderUsageBaseTestCase):
+class _TwoHosts(KeepsTestMethod, integrated_helpers.ProviderUsageBaseTestCase):
+    """host1 and host2 on nova's fake driver; servers booted where asked."""
+
     compute_driver = "fake.MediumFakeDriver"
 
     def setUp(self):
@@ -43,6 +45,8 @@ class AdoptionAndRollback(KeepsTestMethod, integrated_helpers.ProviderUsageBaseT
         for host, compute in list(self.computes.items()):
             self.computes[host] = self.restart_compute_service(compute)
 
+
+class AdoptionAndRollback(_TwoHosts):
     def _agent(self, fixture, host):
         """(status, unknown consumers checked now) of ``host``'s agent."""
         node = self._get_provider_uuid_by_host(host)
@@ -98,3 +102,102 @@ class AdoptionAndRollback(KeepsTestMethod, integrated_helpers.ProviderUsageBaseT
         self._run_periodics(raise_on_error=True)
         for usage in self._usages().values():
             self.assertEqual({"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}, usage)
+
+
+class AdoptionWhileMovesWait(_TwoHosts):
+    """Issue 31: rtagent takes over two hosts while a resize from host1 to
+    host2 and a cold migration from host2 to host1 wait in VERIFY_RESIZE
+    (stock nova made both). Before, the agents held neither server nor
+    move: both became unknown consumers and the agents counted 0 vCPUs
+    where Placement held them."""
+
+    def _hypervisors(self):
+        # Usage fields are gone from os-hypervisors since 2.88.
+        version, self.admin_api.microversion = self.admin_api.microversion, "2.87"
+        try:
+            listed = self.admin_api.api_get("/os-hypervisors/detail").body["hypervisors"]
+        finally:
+            self.admin_api.microversion = version
+        return {h["service"]["host"]: h for h in listed}
+
+    def _check_agree(self, fixture, running):
+        """Each agent, os-hypervisors and Placement agree; ``running``:
+        host -> the servers nova has on it (instance.host)."""
+        hypervisors = self._hypervisors()
+        for host in self.computes:
+            node = self._get_provider_uuid_by_host(host)
+            usage = self._get_provider_usages(node)
+            link = fixture.link(host)
+            status = link.call("get_status", node_uuid=node)
+            unknown = link.agent.report_unknown_consumers(node)
+            self.assertEqual({}, unknown, host)
+            used = {rc: status["resources"][rc]["used"] for rc in usage}
+            self.assertEqual(usage, used, host)
+            self.assertEqual(usage["VCPU"], hypervisors[host]["vcpus_used"], host)
+            self.assertEqual(len(running[host]), hypervisors[host]["running_vms"], host)
+            self.assertEqual(sorted(running[host]), sorted(status["instance_uuids"]), host)
+
+    def _take_over(self):
+        """Every compute service restarts on rtagent; :returns: the fixture."""
+        fixture = RtagentTrackerFixture("inprocess")
+        fixture.setUp()
+        self.addCleanup(fixture.cleanUp)
+        placement_started(self.placement.fixture.endpoint)
+        self._restart_all()
+        return fixture
+
+    def _resize_and_migrate(self):
+        """One server resized from host1 to host2, one cold-migrated from
+        host2 to host1, both left in VERIFY_RESIZE."""
+        resized = self._boot(self.small, "host1")
+        migrated = self._boot(self.small, "host2")
+        self._resize_server(resized, self.large["id"])
+        self._migrate_server(migrated)
+        for server, host in ((resized, "host2"), (migrated, "host1")):
+            self.assertEqual(host, self.api.get_server(server["id"])["OS-EXT-SRV-ATTR:host"])
+        # Each host: its arrival's new flavor and its departure's old one.
+        self.assertFlavorMatchesUsage(
+            self._get_provider_uuid_by_host("host1"), self.small, self.small
+        )
+        self.assertFlavorMatchesUsage(
+            self._get_provider_uuid_by_host("host2"), self.large, self.small
+        )
+        return resized, migrated
+
+    def _confirm_revert_delete(self, fixture, resized, migrated):
+        # Each source keeps the old flavor (the migration consumer), each
+        # destination runs its server with the new one.
+        self._check_agree(fixture, {"host1": [migrated["id"]], "host2": [resized["id"]]})
+        self._confirm_resize(resized)
+        self._revert_resize(migrated)
+        self._run_periodics(raise_on_error=True)
+        self._check_agree(fixture, {"host1": [], "host2": [resized["id"], migrated["id"]]})
+        self.assertFlavorMatchesUsage(
+            self._get_provider_uuid_by_host("host2"), self.large, self.small
+        )
+        self.assertEqual(
+            {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0},
+            self._get_provider_usages(self._get_provider_uuid_by_host("host1")),
+        )
+        for server in (resized, migrated):
+            self._delete_server(server)
+        self._run_periodics(raise_on_error=True)
+        self._check_agree(fixture, {"host1": [], "host2": []})
+
+    def test_taken_over_while_a_resize_and_a_migration_wait(self):
+        resized, migrated = self._resize_and_migrate()
+        before = self._usages()
+        fixture = self._take_over()
+        self._run_periodics(raise_on_error=True)
+        self._run_periodics(raise_on_error=True)
+        self.assertEqual(before, self._usages())
+        self._confirm_revert_delete(fixture, resized, migrated)
+
+    def test_moves_made_on_rtagent_wait_then_end(self):
+        """The source learns of the move at its next periodic, as nova's
+        source tracker does: then its agent knows the migration consumer
+        and no longer counts the server that left (running_vms)."""
+        fixture = self._take_over()
+        resized, migrated = self._resize_and_migrate()
+        self._run_periodics(raise_on_error=True)
+        self._confirm_revert_delete(fixture, resized, migrated)

@@ -277,3 +277,20 @@ def test_compute_node_topology_carries_the_agents_usage():
     )
     assert [c.id for c in fitted.cells] == [0]
     assert numa.compute_node_topology(None, None) is None
+
+
+@pytest.mark.parametrize("specs, cpus", FLAVOR_SPECS)
+def test_pinned_cpus_are_the_pinning_of_novas_own_fit(specs, cpus):
+    # A guest nova-compute placed, claimed by the agent after the fact
+    # (adoption), keeps the CPUs of its instance's numa_topology: pinned
+    # ones and the emulator threads' (shared-only guests pin none).
+    host = driver_topology(*cpus)
+    image = objects.ImageMeta.from_dict({"properties": {}})
+    fitted = hardware.numa_fit_instance_to_host(
+        host, hardware.numa_get_constraints(_flavor(specs), image), provider_mapping=None
+    )
+    expected = set(fitted.cpu_pinning) | set().union(
+        *(cell.cpuset_reserved or () for cell in fitted.cells)
+    )
+    assert numa.pinned_cpus(fitted) == expected
+    assert numa.pinned_cpus(None) == set()

@@ -71,3 +71,34 @@ def test_configs_are_published_reloaded_and_bad_files_keep_the_last_good(
     after = set(get(operator, f"/resource_providers/{root}/traits")["traits"])
     assert "CUSTOM_LOW_LATENCY" not in after
     assert {"CUSTOM_RACK_12", "CUSTOM_OPERATOR", "COMPUTE_NODE"} <= after
+
+
+SAME_NAME = """
+meta:
+  schema_version: '1.0'
+providers:
+  - identification:
+      uuid: $COMPUTE_NODE
+    inventories:
+      additional:
+        - CUSTOM_FAKE_HOST: {total: 100}
+    traits:
+      additional: [CUSTOM_FAKE_HOST]
+"""
+
+
+def test_one_name_as_a_trait_and_a_resource_class(make_agent, operator, tmp_path):
+    # nova's own provider-config tests name one custom trait and one custom
+    # class alike: Placement keeps the two namespaces apart, so must we
+    # (issue 31: one cache for both ensured the name as a trait only, and
+    # the inventory's PUT got 400 at every audit).
+    confdir = tmp_path / "provider_config"
+    confdir.mkdir()
+    (confdir / "node.yaml").write_text(SAME_NAME)
+    source = pc.ProviderConfigSource(str(confdir), pc.load(str(confdir)))
+    agent = make_agent()
+    root = agent.tracker.node_uuid
+    publish(agent, source)
+    assert "CUSTOM_FAKE_HOST" in get(operator, f"/resource_providers/{root}/traits")["traits"]
+    inventories = get(operator, f"/resource_providers/{root}/inventories")["inventories"]
+    assert inventories["CUSTOM_FAKE_HOST"]["total"] == 100
