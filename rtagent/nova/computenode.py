@@ -13,7 +13,6 @@ Placement.
 
 import logging
 
-from nova import context as nova_context
 from nova import exception, objects
 from oslo_serialization import jsonutils
 
@@ -43,17 +42,22 @@ def find_or_create(context, host, service_id, resources, initial_ratios):
     :returns: (ComputeNode, created).
     """
     uuid = resources["uuid"]
+    # The caller's context (nova-compute's, targeted at its cell), reading
+    # deleted rows too: a node whose service was deleted is undeleted, as
+    # nova's tracker does. A fresh admin context is not targeted: it would
+    # miss the cell's row and create a second one (a UNIQUE error).
     try:
-        cn = objects.ComputeNode.get_by_uuid(
-            nova_context.get_admin_context(read_deleted="yes"), uuid
-        )
+        cn = objects.ComputeNode.get_by_uuid(context.elevated(read_deleted="yes"), uuid)
     except exception.ComputeHostNotFound:
         cn = None
     if cn is not None:
-        cn._context = context
         if cn.deleted:
+            # Saved in the context that found it: the row is still deleted.
+            LOG.info("Undeleting compute node %s", uuid)
             cn.deleted = False
             cn.deleted_at = None
+            cn.save()
+        cn._context = context
         if cn.host != host:
             LOG.info("ComputeNode %s moving from %s to %s", uuid, cn.host, host)
             cn.host = host

@@ -78,6 +78,10 @@ class RtagentTrackerFixture(fixtures.Fixture):
     def _setUp(self):  # noqa: N802 - the fixtures library names it
         from nova.compute import manager, resource_tracker
 
+        # Each test's own Placement: one that starts none must not reach
+        # the previous test's (its agents then have none to sync).
+        _placement["endpoint"] = None
+        self.addCleanup(_placement.update, endpoint=None)
         proof_dir = os.environ.get(PROOF_DIR_ENV)
         if proof_dir and self.test_id:
             # Registered first, so it runs last: after every link closed.
