@@ -31,6 +31,9 @@ USAGE_FIELDS = (
     "current_workload",
 )
 RATIO_FIELDS = ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio")
+# The host's sizes: the record's come from nova's virt driver, the ones
+# Placement and the scheduler's filters hold from the agent.
+SIZE_FIELDS = ("vcpus", "memory_mb", "local_gb")
 
 
 def find_or_create(context, host, service_id, resources, initial_ratios):
@@ -91,6 +94,21 @@ def copy_driver_facts(cn, resources):
     if cn.obj_attr_is_set("numa_topology") and cn.numa_topology:
         resources = {k: v for k, v in resources.items() if k != "numa_topology"}
     cn.update_from_virt_driver(resources)
+
+
+def size_mismatch(resources, view, slack):
+    """The sizes nova's virt driver (``resources``, its
+    ``get_available_resource``) and the agent's ``view`` disagree on by
+    more than ``slack`` ({field: amount}: the reserved amounts, which one
+    side may have taken off), as "field driver/agent" texts; () if none."""
+    found = []
+    for field in SIZE_FIELDS:
+        driver, agent = resources.get(field), view.get(field)
+        if driver is None or agent is None:
+            continue
+        if abs(int(driver) - int(agent)) > slack.get(field, 0):
+            found.append(f"{field} {int(driver)}/{int(agent)}")
+    return tuple(found)
 
 
 def apply_view(cn, view, driver_numa=None):

@@ -96,6 +96,8 @@ class RtagentResourceTracker:
         self._driver_numa = {}
         # node UUIDs whose last compute-node view had no NUMA cells.
         self._without_cells = set()
+        # node UUID -> the size mismatch last warned of (see _check_sizes).
+        self._sizes_warned = {}
         # node UUID -> the ticket of the last compute-node view fetched, and
         # of the last one saved (see _refresh_node).
         self._view_tickets = collections.Counter()
@@ -214,8 +216,30 @@ class RtagentResourceTracker:
             raise exception.ResourceProviderSyncFailed() from exc
         view = self._update_node(context, nodename)
         if view is not None:
+            self._check_sizes(nodename, resources, view)
             # Once per periodic audit, as nova's tracker (outside its lock).
             metrics.notify_update(context, self.host, _my_ip(), nodename, view.get("metrics"))
+
+    def _check_sizes(self, nodename, resources, view):
+        """Warn, once per change, when nova's virt driver and the agent
+        disagree on the host's sizes: os-hypervisors shows the driver's,
+        Placement and the scheduler's filters the agent's (a daemon reading
+        another host than nova's driver, or nova's fake driver)."""
+        mismatch = computenode.size_mismatch(resources, view, _reserved())
+        if mismatch == self._sizes_warned.get(resources["uuid"], ()):
+            return
+        self._sizes_warned[resources["uuid"]] = mismatch
+        if mismatch:
+            LOG.warning(
+                "Node %s: nova's virt driver and the rtagent agent report different sizes "
+                "(driver/agent): %s; nova's ComputeNode record (os-hypervisors) shows the "
+                "driver's, Placement and the scheduler the agent's. Run nova-compute with "
+                "the virt driver of the host the agent reads (docs/nova.md)",
+                nodename,
+                ", ".join(mismatch),
+            )
+        else:
+            LOG.info("Node %s: nova's virt driver and the agent agree on sizes again", nodename)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _record_node(self, context, nodename, resources):
@@ -1000,6 +1024,17 @@ def _my_ip():
     from nova.conf import CONF
 
     return CONF.my_ip
+
+
+def _reserved():
+    """The reserved amounts nova.conf takes off the host's sizes."""
+    from nova.conf import CONF
+
+    return {
+        "vcpus": CONF.reserved_host_cpus,
+        "memory_mb": CONF.reserved_host_memory_mb,
+        "local_gb": CONF.reserved_host_disk_mb // 1024,
+    }
 
 
 def _initial_ratios():
