@@ -40,6 +40,8 @@ _UNDONE = frozenset({"reverted", "error", "failed", "cancelled"})
 # The moves a source records (an evacuation's source is down: nova-compute
 # there deletes the evacuated instances' allocations when it starts again).
 _DEPARTING = frozenset({"resize", "migration", "live-migration"})
+# What _gone_from says of an instance nova deleted.
+_DELETED = "deleted"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,15 +94,27 @@ def reconcile(link, context, records, *, adopt, depart, claiming=lambda uuid: Fa
         if not _live_migration_landed(context, m) and not _landed_unrecorded(m, records, known)
     }
     here = {i.uuid for i in records.instances}
+    deleted = False
     for uuid in held - here - moving:
         # Checked after the agent's claims were read: a claim under way
         # then is still marked now, or its rows are written and the look
         # below finds the instance here.
         if claiming(uuid):
             continue
-        if _gone_from(context, uuid, records.host, cn.hypervisor_hostname):
+        gone = _gone_from(context, uuid, records.host, cn.hypervisor_hostname)
+        if gone == _DELETED:
+            # Final: the agent heals its allocation at its next sync, not
+            # after a second look (nova's tracker deleted it at once).
+            LOG.info("Instance %s was deleted: its claim on node %s released", uuid, cn.uuid)
+            deleted |= release_deleted(link, cn, uuid)
+        elif gone:
             LOG.info("Instance %s is no longer on node %s: claim released", uuid, cn.uuid)
             release(link, cn, uuid)
+    if deleted:
+        # The embedded agent syncs now, so the allocation is gone when the
+        # periodic returns, as with nova's tracker (a daemon's prompt sync
+        # does it within a second).
+        link.publish(cn.uuid)
     for listed in records.instances:
         if listed.uuid in held or listed.uuid in moving or claiming(listed.uuid):
             continue
@@ -259,6 +273,21 @@ def release(link, cn, instance_uuid):
         LOG.warning("Releasing instance %s on %s: %s", instance_uuid, cn.uuid, exc)
 
 
+def release_deleted(link, cn, instance_uuid):
+    """Release the claim of an instance nova deleted, as deleted (the
+    agent heals its allocation at its first look); :returns: True if it
+    was released."""
+    try:
+        link.call(
+            "update_instance", node_uuid=cn.uuid, instance_uuid=instance_uuid, vm_state="deleted"
+        )
+    except AgentRefused as exc:
+        if exc.code != "tracker.instance_not_found":
+            LOG.warning("Releasing deleted instance %s on %s: %s", instance_uuid, cn.uuid, exc)
+        return False
+    return True
+
+
 def _migration(context, migration_uuid):
     try:
         return objects.Migration.get_by_uuid(context, migration_uuid)
@@ -308,16 +337,17 @@ def _still_here(context, instance_uuid, host, nodename):
 
 
 def _gone_from(context, instance_uuid, host, nodename):
-    """True if nova's database says the instance is not on ``host`` and
-    ``nodename`` (deleted, offloaded, elsewhere, or unknown)."""
+    """:data:`_DELETED` if nova's database says the instance is deleted
+    (or has no row at all: archived), True if it is not on ``host`` and
+    ``nodename`` (offloaded, elsewhere), else False."""
     try:
         instance = objects.Instance.get_by_uuid(
             context.elevated(read_deleted="yes"), instance_uuid, expected_attrs=[]
         )
     except exception.InstanceNotFound:
-        return True
-    if instance.deleted or vm_states.allow_resource_removal(
-        vm_state=instance.vm_state, task_state=instance.task_state
-    ):
+        return _DELETED
+    if instance.deleted:
+        return _DELETED
+    if vm_states.allow_resource_removal(vm_state=instance.vm_state, task_state=instance.task_state):
         return True
     return (instance.host, instance.node) != (host, nodename)

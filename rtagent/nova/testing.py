@@ -54,6 +54,27 @@ def placement_started(endpoint):
     _placement["endpoint"] = endpoint
 
 
+def _following_adapter_class():
+    from keystoneauth1 import adapter
+
+    class FollowsTheTestsPlacement(adapter.Adapter):
+        """Sends to the test's current Placement fixture: a test may stop
+        its fixture and start another over the same database (a new
+        endpoint) while a compute service and its agent run on, as
+        ``regressions.test_bug_1679750`` does; nova's report client follows
+        it the same way."""
+
+        @property
+        def endpoint_override(self):
+            return _placement["endpoint"] or self._first_endpoint
+
+        @endpoint_override.setter
+        def endpoint_override(self, value):
+            self._first_endpoint = value
+
+    return FollowsTheTestsPlacement
+
+
 class RtagentTrackerFixture(fixtures.Fixture):
     """:param mode: one of :data:`MODES`.
     :param test_id: the id of the test it serves, for its proof record.
@@ -172,7 +193,7 @@ class RtagentTrackerFixture(fixtures.Fixture):
             CONF,
             host,
             virt_driver,
-            adapter=admin_adapter(endpoint),
+            adapter=admin_adapter(endpoint, adapter_class=_following_adapter_class()),
             state_path=state,
             local_node_uuid=virt_node.get_local_node_uuid,
         )

@@ -65,16 +65,18 @@ def _manage_command() -> list[str]:
     ]
 
 
-def admin_adapter(endpoint: str, microversion: str = "1.39") -> adapter.Adapter:
+def admin_adapter(
+    endpoint: str, microversion: str = "1.39", adapter_class: type = adapter.Adapter
+) -> adapter.Adapter:
     """A keystoneauth1 Adapter for a noauth2 Placement at ``endpoint`` (a
     process or the in-process fixture) with the ``admin`` token; errors are
-    returned, not raised."""
+    returned, not raised. ``adapter_class``: an Adapter subclass to make."""
     # noauth2 takes the token as the user name; "admin" is not a secret.
     auth = loading.get_plugin_loader("admin_token").load_from_options(
         endpoint=endpoint,
         token="admin",  # noqa: S106
     )
-    return adapter.Adapter(
+    return adapter_class(
         session.Session(auth=auth),
         service_type="placement",
         endpoint_override=endpoint,

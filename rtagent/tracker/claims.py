@@ -116,15 +116,17 @@ def _described(resources, pci_counts):
     return f"{resources} and PCI requests {dict(sorted(pci_counts.items()))}"
 
 
-def remove_instance(state, instance_uuid, token=None):
+def remove_instance(state, instance_uuid, token=None, deleted=False):
     """``state`` without the instance and without its moves on this node.
 
     :param token: the pending token of the standalone claim being rolled
         back, when that is what removes it.
+    :param deleted: the instance is deleted for good (its allocations are
+        healed at the first look).
     :raises ClaimPending: someone else's standalone claim is in flight.
     """
     state.check_not_pending(instance_uuid, token)
-    state = state.without_instance(instance_uuid).without_pending(instance_uuid)
+    state = state.without_instance(instance_uuid, deleted).without_pending(instance_uuid)
     return state.without_migrations(m.uuid for m in state.migrations_of(instance_uuid))
 
 
@@ -142,7 +144,7 @@ def update_instance(state, instance_uuid, vm_state=None, task_state=None, set_ta
     if instance is None:
         raise errors.InstanceNotFound(instance_uuid=instance_uuid, node=state.node_uuid)
     if vm_state in RELEASED_VM_STATES:
-        return remove_instance(state, instance_uuid)
+        return remove_instance(state, instance_uuid, deleted=vm_state == "deleted")
     changes = {}
     if vm_state is not None:
         changes["vm_state"] = vm_state

@@ -286,6 +286,8 @@ class NodeSnapshot:
         our providers is unknown.
     :param healable: released consumers not active here again: the only
         ones healing may remove.
+    :param deleted: those of ``healable`` released as deleted for good:
+        healed at the first look.
     :param pending: instances whose standalone claim is being written.
     :param numa_cells: the node's NUMA cells
         (:class:`~rtagent.numa.model.HostCell`) with the usage of every
@@ -326,6 +328,7 @@ class NodeSnapshot:
     disabled: str | None = None
     known_consumers: frozenset = frozenset()
     healable: frozenset = frozenset()
+    deleted: frozenset = frozenset()
     pending: frozenset = frozenset()
     numa_cells: tuple = ()
     numa_lost: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))

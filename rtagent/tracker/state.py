@@ -104,6 +104,11 @@ class NodeState:
     :param pending: instance UUID -> token of a standalone claim whose
         Placement write is in flight; other calls on it are refused with a
         retriable error until its caller settles it.
+    :param deleted: the released instances that were released as deleted
+        (``update_instance`` with ``vm_state`` ``deleted``): gone for good,
+        so healing removes their allocations at its first look instead of
+        its second (see :mod:`rtagent.placement.passes.heal`). Not stored:
+        after a restart they wait for a second look like the others.
 
     Derived, so that an operation costs the same whatever N: ``instances``
     and ``migrations`` are :class:`~rtagent.tracker.table.Table` values
@@ -117,6 +122,7 @@ class NodeState:
     migrations: Table = dataclasses.field(default_factory=_table)
     seq: int = 0
     released: frozenset = frozenset()
+    deleted: frozenset = frozenset()
     disabled: str | None = None
     placement_ratios: types.MappingProxyType = dataclasses.field(default_factory=_empty)
     failed_builds: int = 0
@@ -393,11 +399,13 @@ class NodeState:
             instances=instances,
             sums=self.sums.changed(instances, old, instance),
             released=released,
+            deleted=self.deleted - {instance.uuid} if self.deleted else self.deleted,
         )
         old_pci = old.pci_devices if old is not None else ()
         return state._with_pci_claims() if old_pci != instance.pci_devices else state
 
-    def without_instance(self, uuid):
+    def without_instance(self, uuid, deleted=False):
+        """:param deleted: the instance is deleted for good (see ``deleted``)."""
         if uuid not in self.instances:
             return self
         instances = self.instances.without([uuid])
@@ -407,11 +415,14 @@ class NodeState:
             instances=instances,
             sums=self.sums.changed(instances, removed=removed),
             released=self.released | {uuid},
+            deleted=self.deleted | {uuid} if deleted else self.deleted,
         )
         return state._with_pci_claims() if removed.pci_devices else state
 
     def forget_released(self, uuids):
-        return dataclasses.replace(self, released=self.released - set(uuids))
+        return dataclasses.replace(
+            self, released=self.released - set(uuids), deleted=self.deleted - set(uuids)
+        )
 
     def with_migration(self, migration):
         """Add or update ``migration``, stamping it with the next sequence."""
@@ -648,6 +659,7 @@ def snapshot_of(state, count_untracked):
         disabled=state.disabled,
         known_consumers=state.known_consumers(),
         healable=state.healable(),
+        deleted=state.deleted & state.healable(),
         pending=frozenset(state.pending),
         pci_devices=state.pci_devices,
         pci_held=state.pci_held,

@@ -16,7 +16,7 @@ def allocations(operator, consumer):
     return operator.get(f"/allocations/{consumer}").json()["allocations"]
 
 
-def test_standalone_claim_then_delete_is_healed_by_the_audit(make_agent, operator):
+def test_standalone_claim_then_abort_or_delete_is_healed_by_the_audit(make_agent, operator):
     agent = make_agent()
     node = agent.audit().snapshot.node_uuid
     uid = str(uuid.uuid4())
@@ -26,12 +26,19 @@ def test_standalone_claim_then_delete_is_healed_by_the_audit(make_agent, operato
         "MEMORY_MB": 256,
         "DISK_GB": 1,
     }
-    agent.tracker.update_instance(uid, vm_state="deleted")
+    agent.tracker.abort_instance_claim(uid)
     assert agent.tracker.snapshot().released == {uid}
     agent.audit()  # first pass: seen, not yet removed
     assert allocations(operator, uid)
     agent.audit()  # second pass: unchanged, so removed
     assert allocations(operator, uid) == {}
+    assert agent.tracker.snapshot().released == frozenset()
+    # Deleted for good: removed at the first pass.
+    again = str(uuid.uuid4())
+    agent.claim_standalone(again, Flavor(1, 256, 1), project_id="p", user_id="u")
+    agent.tracker.update_instance(again, vm_state="deleted")
+    agent.audit()
+    assert allocations(operator, again) == {}
     assert agent.tracker.snapshot().released == frozenset()
 
 

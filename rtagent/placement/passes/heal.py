@@ -17,7 +17,11 @@ claim reaches the tracker. Between two passes the claim arrives (the
 instance stops being released) or the generation moves (we look again);
 either way the new allocation survives. A consumer left pending is looked
 at again by the next sync (the prompt one a change schedules, or the
-audit's).
+audit's). An instance released as deleted (``update_instance`` with
+``vm_state`` ``deleted``: ``snapshot.deleted``) is healed at the first
+look: a deleted instance is never placed again, so there is no claim to
+wait for. The write still carries the generation read, so a writer in
+between makes it fail and the consumer is looked at again.
 
 Each pass is bounded by a :class:`HealBudget` (consumers and seconds):
 after a mass delete against a slow Placement one run must not outlast the
@@ -92,7 +96,7 @@ class AllocationHealer:
         self._clock = clock
         self._seen = {}
 
-    def heal(self, released, providers, still_released=None):
+    def heal(self, released, providers, still_released=None, at_once=frozenset()):
         """One pass over ``released`` consumers, within the budget.
 
         Costs nothing when ``released`` is empty; otherwise one GET per
@@ -105,6 +109,8 @@ class AllocationHealer:
         :param providers: UUIDs of the providers this agent owns.
         :param still_released: callable(uuid) -> bool, asked just before a
             write (the tracker may have taken the instance back meanwhile).
+        :param at_once: those of ``released`` to heal at the first look
+            (deleted for good).
         :raises PlacementUnavailable: stop here; the next pass re-reads.
         """
         providers = frozenset(providers)
@@ -126,7 +132,7 @@ class AllocationHealer:
                 self._seen.pop(consumer, None)
                 continue
             generation = body["consumer_generation"]
-            if self._seen.get(consumer, _UNSEEN) != generation:
+            if consumer not in at_once and self._seen.get(consumer, _UNSEEN) != generation:
                 self._seen[consumer] = generation
                 pending.add(consumer)
                 continue
@@ -230,14 +236,15 @@ class HealPass:
 
     def run(self, node):
         tracker = node.tracker
-        healable = tracker.snapshot().healable
-        if not healable:
+        snapshot = tracker.snapshot()
+        if not snapshot.healable:
             self._backlog = 0
             return node
         result = self._healer.heal(
-            healable,
+            snapshot.healable,
             [p.uuid for p in node.tree],
             still_released=lambda consumer: consumer in tracker.snapshot().healable,
+            at_once=snapshot.deleted,
         )
         if result.healed:
             tracker.forget_released(result.healed)

@@ -158,3 +158,50 @@ def test_unknown_consumers_are_reported_never_touched(node, operator, client, ca
     for _ in range(2):
         healer.heal(snap.released, [root])
     assert allocations_of(operator, stranger) == {root: {"VCPU": 1}}
+
+
+def test_an_instance_released_as_deleted_is_healed_at_the_first_look(node, operator, client):
+    """nova's database says deleted: never placed again, so nothing to wait
+    for (issue 31: nova's tracker healed a server deleted while its compute
+    was down at the first periodic after the restart)."""
+    root = node.tracker.node_uuid
+    inst = str(uuid.uuid4())
+    node.tracker.instance_claim(inst, SMALL)
+    put_allocation(operator, inst, {root: RES})
+    node.tracker.update_instance(inst, vm_state="deleted")
+    snapshot = node.tracker.snapshot()
+    assert snapshot.deleted == {inst} and inst in snapshot.healable
+    result = AllocationHealer(client).heal(snapshot.healable, [root], at_once=snapshot.deleted)
+    assert result.healed == {inst}
+    assert allocations_of(operator, inst) == {}
+    node.tracker.forget_released(result.healed)
+    assert node.tracker.snapshot().deleted == frozenset()
+
+
+def test_the_first_sync_after_a_delete_heals_it_and_an_abort_waits(node, operator):
+    """Through the agent's own passes: a delete is healed by the next sync;
+    an abort (a build that may be placed back here) by the one after."""
+    root = node.tracker.node_uuid
+    deleted, aborted = str(uuid.uuid4()), str(uuid.uuid4())
+    for inst in (deleted, aborted):
+        node.tracker.instance_claim(inst, SMALL)
+        put_allocation(operator, inst, {root: RES})
+    node.tracker.update_instance(deleted, vm_state="deleted")
+    node.tracker.abort_instance_claim(aborted)
+    node.sync_changed({root})
+    assert allocations_of(operator, deleted) == {}
+    assert allocations_of(operator, aborted) == {root: RES}
+    node.sync_changed({root})
+    assert allocations_of(operator, aborted) == {}
+
+
+def test_a_deleted_instance_claimed_again_is_not_healed(node, operator):
+    root = node.tracker.node_uuid
+    inst = str(uuid.uuid4())
+    node.tracker.instance_claim(inst, SMALL)
+    node.tracker.update_instance(inst, vm_state="deleted")
+    node.tracker.instance_claim(inst, SMALL)
+    put_allocation(operator, inst, {root: RES})
+    assert node.tracker.snapshot().deleted == frozenset()
+    node.sync_changed({root})
+    assert allocations_of(operator, inst) == {root: RES}

@@ -168,8 +168,11 @@ def test_the_agent_heals_deleted_and_aborted_instances(served, client, scheduler
     ok(client, "update_instance", instance_uuid=deleted, vm_state="deleted")
     for inst in (aborted, deleted):
         assert ok(client, "get_instance", instance_uuid=inst)["released"] is True
-    audits(served, 1)  # seen once: not yet (a scheduler may be placing it back)
-    assert allocations(scheduler, aborted) and allocations(scheduler, deleted)
+    audits(served, 1)
+    # Deleted is gone for good: healed at the first look. Aborted is seen
+    # once, not healed yet (a scheduler may be placing it back).
+    assert allocations(scheduler, deleted) == {}
+    assert allocations(scheduler, aborted)
     audits(served, 2)
     assert allocations(scheduler, aborted) == {} and allocations(scheduler, deleted) == {}
     for inst in (aborted, deleted):
