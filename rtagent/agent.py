@@ -32,7 +32,7 @@ from rtagent.placement import pci as pci_providers
 from rtagent.placement import standalone
 from rtagent.placement.desired import desired_tree
 from rtagent.placement.tree import ProviderTree
-from rtagent.virt.errors import HypervisorUnavailable
+from rtagent.virt.errors import HostReadError, HypervisorUnavailable
 
 LOG = logging.getLogger(__name__)
 
@@ -154,6 +154,10 @@ class Agent:
                     self._driver_traits.pop(gone, None)
         if errors:
             raise errors[0]
+        if not results:
+            # A driver that lists no node (nova's mocked drivers): one line
+            # at the caller, not a bare StopIteration.
+            raise HostReadError(what="nodes", reason="the driver lists none")
         primary = results.get(self.nodes.primary_uuid) or next(iter(results.values()))
         return AuditResult(primary[0], primary[1], self._clock() - started, results)
 
