@@ -63,9 +63,7 @@ def find_or_create(context, host, service_id, resources, initial_ratios):
         cn._context = context
         if cn.host != host:
             # nova's wording, by node name (operators grep for it).
-            LOG.info(
-                "ComputeNode %s moving from %s to %s", cn.hypervisor_hostname, cn.host, host
-            )
+            LOG.info("ComputeNode %s moving from %s to %s", cn.hypervisor_hostname, cn.host, host)
             cn.host = host
         if service_id is not None:
             cn.service_id = service_id
