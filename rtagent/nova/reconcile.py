@@ -186,6 +186,11 @@ def _record_departures(context, records, held, known, *, adopt, depart, claiming
                 adopt(context, instance, records.cn, flavor, old_numa)
             depart(context, instance, records.cn, migration)
         except AgentRefused as exc:
+            again = _migration(context, migration.uuid)
+            if again is None or not _departs(again, records):
+                # A confirm or revert ended it meanwhile (its step took the
+                # instance first): nothing to record any more.
+                continue
             LOG.error(
                 "Move %s of instance %s out of node %s cannot be recorded with the agent: %s",
                 migration.uuid,
