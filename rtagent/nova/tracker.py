@@ -801,9 +801,11 @@ class RtagentResourceTracker:
             self._confirm_rows(context, instance, migration)
             if cn is not None:
                 reconcile.step(self.link, "finish_move", cn, migration.uuid)
-                if not reconcile.step(self.link, "confirm_move", cn, migration.uuid):
+                applied = reconcile.step(self.link, "confirm_move", cn, migration.uuid)
+                if not applied and not _same_node(migration):
                     # The agent learnt of the move at the destination only:
-                    # for this node the instance simply left.
+                    # for this node the instance simply left. (At a
+                    # same-node resize the claim is the instance's own.)
                     reconcile.release(self.link, cn, instance.uuid)
         if cn is not None:
             self._refresh_node(cn)
@@ -827,10 +829,12 @@ class RtagentResourceTracker:
                 # (nova's own tracker has dropped the claim by then), but
                 # not when the migration's status could not be saved.
                 if cn is not None and "status" not in migration.obj_what_changed():
-                    if not reconcile.step(self.link, "revert_move", cn, migration.uuid):
+                    applied = reconcile.step(self.link, "revert_move", cn, migration.uuid)
+                    if not applied and not _same_node(migration):
                         # The agent holds the instance here without the
                         # move (adopted while the resize waited): for this
-                        # node the instance simply goes back.
+                        # node the instance simply goes back. Never at a
+                        # same-node resize, where the claim is its own.
                         reconcile.release(self.link, cn, instance.uuid)
         if cn is not None:
             self._refresh_node(cn)
@@ -1024,6 +1028,13 @@ def _my_ip():
     from nova.conf import CONF
 
     return CONF.my_ip
+
+
+def _same_node(migration):
+    return (migration.source_compute, migration.source_node) == (
+        migration.dest_compute,
+        migration.dest_node,
+    )
 
 
 def _reserved():
