@@ -5,6 +5,8 @@ nova's own functional harness (real API, conductor, scheduler, computes on
 the fake driver, real Placement); run by ``make test-nova`` in .venv-nova.
 """
 
+from nova import context as nova_context
+from nova import objects
 from nova.tests.functional import integrated_helpers
 
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
@@ -18,6 +20,7 @@ class _TwoHosts(KeepsTestMethod, integrated_helpers.ProviderUsageBaseTestCase):
 
     def setUp(self):
         super().setUp()
+        self.ctxt = nova_context.get_admin_context()
         self.computes = {}
         for host in ("host1", "host2"):
             self.computes[host] = self._start_compute(host)
@@ -136,6 +139,10 @@ class AdoptionWhileMovesWait(_TwoHosts):
             self.assertEqual(usage["VCPU"], hypervisors[host]["vcpus_used"], host)
             self.assertEqual(len(running[host]), hypervisors[host]["running_vms"], host)
             self.assertEqual(sorted(running[host]), sorted(status["instance_uuids"]), host)
+            # The per-host counts nova's scheduler filters read
+            # (NumInstancesFilter, IoOpsFilter) in the ComputeNode's stats.
+            (cn,) = objects.ComputeNodeList.get_all_by_host(self.ctxt, host)
+            self.assertEqual(str(len(running[host])), cn.stats.get("num_instances", "0"), host)
 
     def _take_over(self):
         """Every compute service restarts on rtagent; :returns: the fixture."""
