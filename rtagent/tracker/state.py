@@ -638,6 +638,7 @@ def snapshot_of(state, count_untracked):
     """The :class:`~rtagent.tracker.model.NodeSnapshot` readers get of
     ``state``: sorted, with usage and stats computed (pure)."""
     instances = tuple(state.instances[u] for u in sorted(state.instances))
+    healable = state.healable()
     held = state.held()
     extra = state.drift.untracked_usage() if count_untracked else ()
     return NodeSnapshot(
@@ -658,8 +659,8 @@ def snapshot_of(state, count_untracked):
         released=state.released,
         disabled=state.disabled,
         known_consumers=state.known_consumers(),
-        healable=state.healable(),
-        deleted=state.deleted & state.healable(),
+        healable=healable,
+        deleted=state.deleted & healable,
         pending=frozenset(state.pending),
         pci_devices=state.pci_devices,
         pci_held=state.pci_held,
