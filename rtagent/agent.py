@@ -22,6 +22,7 @@ one mutex of their own; claims never take it.
 """
 
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -32,6 +33,8 @@ from rtagent.placement import pci as pci_providers
 from rtagent.placement import standalone
 from rtagent.placement.desired import desired_tree
 from rtagent.placement.tree import ProviderTree
+from rtagent.tracker import errors as tracker_errors
+from rtagent.tracker import ledger
 from rtagent.virt.errors import HostReadError, HypervisorUnavailable
 
 LOG = logging.getLogger(__name__)
@@ -147,7 +150,7 @@ class Agent:
             raise
         read = self._read(views)
         with self._publishing:
-            results, errors = self._publish(self._desired(read))
+            results, errors = self._publish(self._desired(read), reshapes=True)
             with self._mutex:
                 for gone in self.nodes.removed:
                     self._publishers.pop(gone, None)
@@ -226,10 +229,16 @@ class Agent:
             read.append((tracker, snapshot))
         return read
 
-    def _publish(self, pending, quiet_backoff=False):
+    def _publish(self, pending, quiet_backoff=False, reshapes=False):
         """Publish each node of ``pending`` (see :meth:`_desired`); a failing
         node does not stop the others. :returns: (node UUID -> (snapshot,
-        outcome), errors)."""
+        outcome), errors).
+
+        :param reshapes: whether ``pending`` comes from the reading just
+            taken: only then are the allocations a driver moved at that
+            reading written (a later sync of the same reading would write
+            them a second time, against consumers that moved on since).
+        """
         results, errors = {}, []
         for tracker, snapshot, desired, pci in pending:
             publisher = self.publisher(snapshot.node_uuid)
@@ -238,7 +247,14 @@ class Agent:
                     # Not synced, and health and status must say why.
                     publisher.backoff.record_failure(desired)
                     raise desired
-                outcome = publisher.publish(tracker, desired, held=pci.held, drop=pci.drop)
+                moved = getattr(snapshot.host, "driver_allocations", None) if reshapes else None
+                outcome = publisher.publish(
+                    tracker,
+                    desired,
+                    held=pci.held,
+                    drop=pci.drop,
+                    driver_allocations=json.loads(moved) if moved else None,
+                )
                 self._tell_driver(snapshot.node_uuid, outcome)
             except placement_errors.SyncBackingOff as exc:
                 # A prompt sync leaves a backing-off node to its retry, which
@@ -378,6 +394,35 @@ class Agent:
             tracker.node_uuid: publisher.status(tracker.snapshot().known_consumers)
             for tracker, publisher in self._published()
         }
+
+    def root_figures(self, view):
+        """The inventories this agent publishes on the root provider of
+        ``view``'s node for that reading, as Placement records with the
+        ratios Placement holds (the initial ratios where it holds none yet):
+        what nova's virt driver is handed as the root of its provider tree
+        (:meth:`rtagent.nova.hostdriver.NovaHostDriver.bind`)."""
+        try:
+            tracker = self.nodes.get(view.node_uuid)
+        except tracker_errors.NodeNotFound:
+            tracker = self.nodes.primary  # a new node: the same policy
+        with self._mutex:
+            publisher = self._publishers.get(view.node_uuid)
+        ratios = publisher.sync.placement_ratios(view.node_uuid) if publisher else {}
+        invs = ledger.inventories(view, tracker.policy, placement_ratios=ratios)
+        return {rc: inv.to_placement() for rc, inv in invs.items()}
+
+    def tree_allocations(self, node_uuid):
+        """{consumer: its ``GET /allocations/{consumer}``} for every consumer
+        holding anything on the tree of ``node_uuid`` in Placement: one GET
+        for the tree, one per provider and one per consumer (a reshape a
+        virt driver asks for, at most once per start-up).
+
+        :raises PlacementError: Placement could not be read.
+        """
+        consumers = set()
+        for entry in self._client.list_tree(node_uuid):
+            consumers |= set(self._client.get_provider_allocations(entry["uuid"])[1])
+        return {c: self._client.get_allocations(c) for c in sorted(consumers)}
 
     def report_unknown_consumers(self, node_uuid=None):
         """Check now (one GET per provider) for allocations on our providers

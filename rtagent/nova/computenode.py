@@ -112,13 +112,15 @@ def size_mismatch(resources, view, slack):
     return tuple(found)
 
 
-def apply_view(cn, view, driver_numa=None):
+def apply_view(cn, view, driver_numa=None, driver_stats=None):
     """Put the agent's accounting (usage, stats, effective ratios, NUMA
     cells) and host metrics on ``cn``.
 
     :param view: the API's ``get_compute_node`` result.
     :param driver_numa: the virt driver's ``numa_topology`` (JSON), for
         what the agent's cells do not carry (sockets, network affinity).
+    :param driver_stats: the ``stats`` of the virt driver's reading, under
+        the agent's (nova's tracker starts each node's stats from them).
     """
     for field in USAGE_FIELDS:
         value = view.get(field)
@@ -127,7 +129,10 @@ def apply_view(cn, view, driver_numa=None):
     for field in RATIO_FIELDS:
         if view.get(field) is not None:
             setattr(cn, field, float(view[field]))
-    stats = {str(k): str(v) for k, v in (view.get("stats") or {}).items()}
+    stats = {
+        str(k): None if v is None else str(v)
+        for k, v in {**(driver_stats or {}), **(view.get("stats") or {})}.items()
+    }
     if stats != (cn.stats if cn.obj_attr_is_set("stats") else None):
         cn.stats = stats
     if "numa_topology" in view:  # an agent older than 1.3: leave it be

@@ -19,6 +19,7 @@ node, and the tracker claims them from there, so there are no untracked
 domains to count.
 """
 
+import dataclasses
 import json
 import logging
 import threading
@@ -48,6 +49,10 @@ class NovaHostDriver(HostDriver):
         self._mutex = threading.Lock()
         self._resources = {}
         self._primed = {}
+        # nodename -> the last reading of a node the driver does not list
+        # (ironic's model as nova's tests mock it: each periodic names the
+        # node it read).
+        self._unlisted = {}
         # nodename -> (name, uuid, parent uuid) of each child provider the
         # driver reported at the last reading, parents first; and the
         # node's UUID.
@@ -56,6 +61,28 @@ class NovaHostDriver(HostDriver):
         # Every trait update_provider_tree ever put on a root: one it stops
         # reporting is removed, as nova's tracker removes it.
         self._reported_traits = set()
+        # provider UUID -> every aggregate the driver ever reported for it.
+        self._reported_aggregates = {}
+        # Set by bind(): the agent's figures for a node's root, and the
+        # allocations on a node's tree in Placement (for a reshape).
+        self._seed = None
+        self._allocations = None
+
+    def bind(self, seed, allocations):
+        """Give the driver's ``update_provider_tree`` what nova's tracker
+        gives it: the root's inventories as the agent publishes them, and
+        the allocations of the node's tree when the driver asks for a
+        reshape (``ReshapeNeeded``).
+
+        :param seed: callable(HostView) -> {resource class: Placement
+            inventory record}: the agent's inventories of the node's root
+            for that reading, ratios as Placement holds them.
+        :param allocations: callable(node UUID) -> {consumer: ``GET
+            /allocations/{consumer}`` answer} of every consumer holding
+            anything on the node's tree.
+        """
+        self._seed = seed
+        self._allocations = allocations
 
     @property
     def managed_traits(self):
@@ -110,12 +137,15 @@ class NovaHostDriver(HostDriver):
             raise errors.HostReadError(what="nova virt driver", reason="it reports no node")
         return views[0]
 
-    def read_nodes(self):
+    def read_nodes(self, providers=True):
         """One view per node the virt driver lists, sorted by name.
 
+        :param providers: False: without asking the driver for its provider
+            tree (only the nodes' identities are wanted, before the agent
+            that would publish it exists).
         :raises HostReadError: the driver failed to answer.
         """
-        return self._read(only=None)
+        return self._read(only=None, providers=providers)
 
     def read_node(self, nodename):
         """The view of the one node ``nodename``, or None if the driver no
@@ -126,21 +156,15 @@ class NovaHostDriver(HostDriver):
         views = self._read(only=nodename)
         return views[0] if views else None
 
-    def _read(self, only):
+    def _read(self, only, providers=True):
         with self._mutex:
             if only is None:
                 primed, self._primed = self._primed, {}
             else:
                 primed = {only: self._primed.pop(only)} if only in self._primed else {}
         try:
-            names = sorted(self._driver.get_available_nodes())
-            if only is not None:
-                names = [name for name in names if name == only]
+            readings = self._readings(only, primed)
             traits = frozenset(t for t, on in self._capabilities().items() if on)
-            readings = {
-                name: primed[name] if name in primed else self._driver.get_available_resource(name)
-                for name in names
-            }
             shared, dedicated = self._cpu_sets() if self._cpu_sets is not None else (None, None)
         except Exception as exc:
             raise errors.HostReadError(what="nova virt driver", reason=str(exc)) from exc
@@ -151,13 +175,9 @@ class NovaHostDriver(HostDriver):
             res = dict(reading)
             if not res.get("uuid") and self._local_node_uuid is not None:
                 res["uuid"] = self._local_node_uuid()
-            view = view_of(
-                name,
-                res,
-                traits,
-                self._providers(name, res.get("uuid"), dedicated),
-                cpu_sets=(shared, dedicated),
-            )
+            view = view_of(name, res, traits, cpu_sets=(shared, dedicated))
+            if providers:
+                view = self._with_providers(view, dedicated)
             views.append(view)
             kept[view.hypervisor_hostname] = res
         with self._mutex:
@@ -167,21 +187,66 @@ class NovaHostDriver(HostDriver):
                 self._resources.update(kept)
         return views
 
-    def _providers(self, nodename, node_uuid, dedicated=None):
-        """What the driver's ``update_provider_tree`` reports for the node,
-        as :class:`ProviderFacts` (parents first).
+    def _readings(self, only, primed):
+        """nodename -> ``get_available_resource`` of each node to read
+        (``only``, or all): ``primed`` ones as handed over, the others asked
+        of the driver."""
+        listed = set(self._driver.get_available_nodes())
+        with self._mutex:
+            # A node the driver does not list, whose reading nova's tracker
+            # handed over (its periodic names each node): the node exists,
+            # and keeps its last reading until the next.
+            for name, reading in primed.items():
+                if name not in listed:
+                    self._unlisted[name] = reading
+            for name in listed:
+                self._unlisted.pop(name, None)
+            unlisted = dict(self._unlisted)
+        names = sorted(listed | set(unlisted))
+        if only is not None:
+            names = [name for name in names if name == only]
+        known = {**unlisted, **primed}
+        return {
+            name: known[name] if name in known else self._driver.get_available_resource(name)
+            for name in names
+        }
 
-        The tree handed to the driver carries the PCPU inventory the agent
-        derives from ``dedicated`` (``cpu_dedicated_set``), as the node's
-        tree in Placement does: nova's libvirt driver asks for a reshape of
-        VCPU to PCPU allocations when it sees pinned CPUs on a root without
-        PCPU, a reshape the agent does not perform (docs/numa.md).
+    def _with_providers(self, view, dedicated):
+        """``view`` with what the driver's ``update_provider_tree`` reports
+        for its node (:meth:`_providers`)."""
+        seed = self._seed(view) if self._seed is not None and view.node_uuid else None
+        facts, moved = self._providers(view.hypervisor_hostname, view.node_uuid, dedicated, seed)
+        return dataclasses.replace(
+            view,
+            providers=facts,
+            driver_allocations=json.dumps(moved, sort_keys=True) if moved is not None else None,
+        )
 
-        :raises HostReadError: the driver failed or reported an inventory
+    def _providers(self, nodename, node_uuid, dedicated=None, seed=None):
+        """What the driver's ``update_provider_tree`` reports for the node:
+        (:class:`ProviderFacts` parents first, the allocations it moved or
+        None).
+
+        The root handed to the driver carries ``seed`` (the agent's figures,
+        :meth:`bind`) or, without one, the PCPU inventory the agent derives
+        from ``dedicated`` (``cpu_dedicated_set``), as the node's tree in
+        Placement does: nova's libvirt driver asks for a reshape of VCPU to
+        PCPU allocations when it sees pinned CPUs on a root without PCPU,
+        which the agent performs itself, in the sync that adds PCPU
+        (docs/numa.md, "Setting ``cpu_dedicated_set`` later").
+
+        A driver that asks for a reshape (``ReshapeNeeded``) is called again
+        with the allocations of the node's tree in Placement, as nova's
+        tracker does at start-up; what it leaves in them is written with
+        its tree in one ``POST /reshaper`` by the next sync.
+
+        :raises HostReadError: the driver failed, asked for a reshape the
+            agent cannot read allocations for, or reported an inventory
             without an integer total.
         """
         if node_uuid is None or not hasattr(self._driver, "update_provider_tree"):
-            return ()
+            return (), None
+        from nova import exception as nova_exception
         from nova.compute import provider_tree
 
         tree = provider_tree.ProviderTree()
@@ -197,17 +262,36 @@ class NovaHostDriver(HostDriver):
         for name, uuid, parent_uuid in known:
             if parent_uuid == node_uuid or tree.exists(parent_uuid):
                 tree.new_child(name, parent_uuid, uuid=uuid)
-        if dedicated:
+        if seed is not None:
+            tree.update_inventory(nodename, seed)
+        elif dedicated:
             tree.update_inventory(nodename, {"PCPU": _pcpu_inventory(len(dedicated))})
+        what = f"update_provider_tree of node {nodename}"
+        moved = None
         try:
-            self._driver.update_provider_tree(tree, nodename)
+            try:
+                self._driver.update_provider_tree(tree, nodename)
+            except nova_exception.ReshapeNeeded:
+                if self._allocations is None:
+                    raise
+                LOG.info("The virt driver asks for a reshape of node %s's providers", nodename)
+                read = self._allocations(node_uuid)
+                moved = {c: _as_nova(body) for c, body in read.items()}
+                self._driver.update_provider_tree(tree, nodename, allocations=moved)
+                moved = {
+                    c: dict(body, consumer_type=read[c].get("consumer_type"))
+                    for c, body in moved.items()
+                }
         except Exception as exc:
-            # A reshape request (not performed by the agent) or a driver
-            # error: the whole reading fails, so nothing in Placement changes
-            # (a partial tree would retire the driver's child providers).
-            raise errors.HostReadError(
-                what=f"update_provider_tree of node {nodename}", reason=repr(exc)
-            ) from exc
+            # A driver error: the whole reading fails, so nothing in
+            # Placement changes (a partial tree would retire the driver's
+            # child providers).
+            raise errors.HostReadError(what=what, reason=repr(exc)) from exc
+        return self._facts(tree, nodename, node_uuid, seed), moved
+
+    def _facts(self, tree, nodename, node_uuid, seed):
+        """The :class:`ProviderFacts` of the driver's ``tree``, parents
+        first. :raises HostReadError: an inventory has no integer total."""
         children = []
         facts = []
         for uuid in tree.get_provider_uuids():
@@ -219,22 +303,25 @@ class NovaHostDriver(HostDriver):
                         what=f"update_provider_tree of node {nodename}",
                         reason=f"provider {data.name}: inventory of {rc} has no integer total",
                     )
-            if data.parent_uuid is None:
-                with self._mutex:
+            aggregates = frozenset(data.aggregates)
+            with self._mutex:
+                if data.uuid == node_uuid:
                     self._reported_traits |= set(data.traits)
-            else:
-                children.append((data.name, data.uuid, data.parent_uuid))
+                elif data.parent_uuid is not None:
+                    children.append((data.name, data.uuid, data.parent_uuid))
+                managed = self._reported_aggregates.setdefault(data.uuid, set())
+                managed |= aggregates
+                managed = frozenset(managed)
             facts.append(
                 ProviderFacts(
                     uuid=data.uuid,
                     name=data.name,
                     parent_uuid=data.parent_uuid,
-                    inventories=tuple(
-                        sorted(
-                            (rc, tuple(sorted(rec.items()))) for rc, rec in data.inventory.items()
-                        )
-                    ),
+                    inventories=_records(data.inventory),
                     traits=frozenset(data.traits),
+                    seeded=_records(seed) if seed is not None and data.uuid == node_uuid else None,
+                    aggregates=aggregates,
+                    managed_aggregates=managed,
                 )
             )
         with self._mutex:
@@ -247,6 +334,25 @@ class NovaHostDriver(HostDriver):
         # COMPUTE_REMOTE_MANAGED_PORTS is granted by the agent only while
         # the node tracks remote-managed devices, as by nova's tracker.
         return dict(as_traits()) if as_traits is not None else {}
+
+
+def _records(inventories):
+    """Inventory records as :class:`ProviderFacts` holds them (hashable)."""
+    return tuple(sorted((rc, tuple(sorted(rec.items()))) for rc, rec in inventories.items()))
+
+
+def _as_nova(body):
+    """A ``GET /allocations/{consumer}`` answer as nova's report client hands
+    it to a virt driver for a reshape: the allocations' resources, the
+    consumer generation, project and user."""
+    return {
+        "allocations": {
+            rp: {"resources": dict(a["resources"])} for rp, a in body["allocations"].items()
+        },
+        "consumer_generation": body.get("consumer_generation"),
+        "project_id": body.get("project_id"),
+        "user_id": body.get("user_id"),
+    }
 
 
 def _pcpu_inventory(total):

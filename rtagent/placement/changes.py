@@ -34,6 +34,9 @@ def describe(op, before):
     if isinstance(op, diffmod.SetTraits):
         old = current.traits if current is not None else frozenset()
         return f"{name}({op.uuid}: {trait_changes(old, op.traits)})"
+    if isinstance(op, diffmod.SetAggregates):
+        old = (current.aggregates if current is not None else None) or frozenset()
+        return f"{name}({op.uuid}: {trait_changes(old, op.aggregates)})"
     return f"{name}({op.uuid})"
 
 

@@ -30,9 +30,10 @@ _CONNECTION_LOST = ks_exc.ConnectFailure
 
 # A PUT whose first copy landed (only its answer was lost) comes back as a
 # 409 that its caller already handles:
-# - put_inventories and put_traits carry the provider generation that the
-#   first copy moved, so the sync re-reads that provider, finds its write
-#   there and has nothing left to do (flusher.Flusher._apply_by_provider);
+# - put_inventories, put_traits and put_aggregates carry the provider
+#   generation that the first copy moved, so the sync re-reads that
+#   provider, finds its write there and has nothing left to do
+#   (flusher.Flusher._apply_by_provider);
 # - the healer's PUT /allocations carries the consumer generation: a
 #   conflict, looked at again next pass (allocations.AllocationHealer.heal);
 # - a standalone write (consumer generation None) finds the consumer, and
@@ -189,6 +190,20 @@ class PlacementClient:
         """:returns: (generation, frozenset of trait names)."""
         body = self._request("GET", f"/resource_providers/{rp_uuid}/traits")
         return body["resource_provider_generation"], frozenset(body["traits"])
+
+    def get_aggregates(self, rp_uuid):
+        """:returns: (generation, frozenset of aggregate UUIDs)."""
+        body = self._request("GET", f"/resource_providers/{rp_uuid}/aggregates")
+        return body["resource_provider_generation"], frozenset(body["aggregates"])
+
+    def put_aggregates(self, rp_uuid, generation, aggregates):
+        """Replace the provider's aggregates; :returns: the new generation.
+
+        :raises GenerationConflict: ``generation`` is stale.
+        """
+        payload = {"resource_provider_generation": generation, "aggregates": sorted(aggregates)}
+        body = self._request("PUT", f"/resource_providers/{rp_uuid}/aggregates", body=payload)
+        return body["resource_provider_generation"]
 
     def create_provider(self, rp_uuid, name, parent_uuid=None):
         """Create a provider; :returns: its generation (0)."""

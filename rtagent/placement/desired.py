@@ -75,27 +75,24 @@ def desired_tree(snapshot, children=(), driver_traits=frozenset(), managed_trait
 
 
 def driver_providers(root, reported):
-    """``root`` with the extra inventories and traits a driver reports for
-    it, and the driver's other providers as children of the tree.
+    """``root`` with what a driver reports for it, and the driver's other
+    providers: its children, and roots beside the node's (sharing
+    providers).
 
-    The agent's own classes on the root stay the agent's (a driver's
-    figures for them are ignored): the standard ones always, PCPU when the
-    agent derives it (``cpu_dedicated_set``); nova's virt drivers report
-    PCPU themselves. A driver's provider is managed by the driver's report:
-    its classes and traits are what the driver says.
+    The agent's own classes on the root stay the agent's unless the driver
+    decides otherwise: a driver handed the agent's figures
+    (``ProviderFacts.seeded``) that changes a record or removes a class
+    decides that class, as nova's tracker publishes what its driver's
+    ``update_provider_tree`` leaves. A driver handed none adds only other
+    classes (the standard ones and PCPU stay the agent's). A driver's
+    provider is managed by the driver's report: its classes and traits are
+    what the driver says.
     """
-    extra_invs, extra_traits, children = {}, set(), []
+    children = []
     for facts in reported:
         invs = {rc: Inventory.from_placement(dict(rec)) for rc, rec in facts.inventories}
-        if facts.parent_uuid is None or facts.uuid == root.uuid:
-            extra_invs.update(
-                {
-                    rc: inv
-                    for rc, inv in invs.items()
-                    if rc not in STANDARD_CLASSES and rc not in root.inventories
-                }
-            )
-            extra_traits |= set(facts.traits)
+        if facts.uuid == root.uuid:
+            root = _driver_root(root, facts, invs)
             continue
         children.append(
             Provider(
@@ -106,13 +103,45 @@ def driver_providers(root, reported):
                 traits=frozenset(facts.traits),
                 managed_traits=frozenset(facts.traits),
                 managed_classes=frozenset(invs),
+                sharing=facts.parent_uuid is None,
+                **_aggregates(facts),
             )
         )
-    if extra_invs or extra_traits:
-        root = root.replace(
-            inventories=frozen_map({**root.inventories, **extra_invs}),
-            traits=root.traits | extra_traits,
-            managed_traits=root.managed_traits | extra_traits,
-            managed_classes=root.managed_classes | frozenset(extra_invs),
-        )
     return root, children
+
+
+def _driver_root(root, facts, invs):
+    """``root`` with the driver's report of it (``facts``, whose records are
+    ``invs``) applied: see :func:`driver_providers`."""
+    if facts.seeded is None:
+        decided = {
+            rc: inv
+            for rc, inv in invs.items()
+            if rc not in STANDARD_CLASSES and rc not in root.inventories
+        }
+        removed = set()
+    else:
+        seeded = {rc: Inventory.from_placement(dict(rec)) for rc, rec in facts.seeded}
+        decided = {rc: inv for rc, inv in invs.items() if seeded.get(rc) != inv}
+        removed = set(seeded) - set(invs)
+    inventories = {rc: inv for rc, inv in root.inventories.items() if rc not in removed}
+    inventories.update(decided)
+    traits = frozenset(facts.traits)
+    return root.replace(
+        inventories=frozen_map(inventories),
+        traits=root.traits | traits,
+        managed_traits=root.managed_traits | traits,
+        managed_classes=root.managed_classes | frozenset(decided) | frozenset(removed),
+        **_aggregates(facts),
+    )
+
+
+def _aggregates(facts):
+    """The aggregate fields of a driver's provider: managed only once the
+    driver has reported any (an unmanaged provider's are never read)."""
+    if not (facts.aggregates or facts.managed_aggregates):
+        return {}
+    return {
+        "aggregates": frozenset(facts.aggregates),
+        "managed_aggregates": frozenset(facts.managed_aggregates) | frozenset(facts.aggregates),
+    }

@@ -15,7 +15,9 @@ Three ownership rules keep us from clobbering others:
   Placement has (an operator may set it through the API), or takes the
   provider's ``ratio_defaults`` when the inventory is new;
 * reserved, for the provider's ``sticky_reserved`` classes: never lowered
-  by us (Placement's value is kept when higher), only by someone else.
+  by us (Placement's value is kept when higher), only by someone else;
+* aggregates, as traits: only ``managed_aggregates`` are added or removed
+  (a provider whose desired ``aggregates`` is None has none managed).
 
 Providers present in Placement but not desired are left alone.
 """
@@ -60,6 +62,12 @@ class SetTraits:
     traits: frozenset
 
 
+@dataclasses.dataclass(frozen=True)
+class SetAggregates:
+    uuid: str
+    aggregates: frozenset
+
+
 def resolve_inventories(desired, current):
     """The full inventory set to write: foreign classes as Placement has
     them, ours as desired, with unmanaged ratios filled in.
@@ -99,6 +107,17 @@ def merged_traits(desired, current_traits):
     return frozenset(foreign | desired.traits)
 
 
+def merged_aggregates(desired, current):
+    """The aggregate set to write, or None when ``desired`` manages none:
+    others' aggregates kept, ours as desired. ``current`` is None for a
+    provider not in Placement yet (it has none)."""
+    if desired.aggregates is None and not desired.managed_aggregates:
+        return None
+    wanted = desired.aggregates or frozenset()
+    current = current or frozenset()
+    return frozenset((current - desired.managed_aggregates - wanted) | wanted)
+
+
 def _inventory_records(provider):
     return {
         rc: {f: getattr(inv, f) for f in _INVENTORY_FIELDS}
@@ -133,4 +152,8 @@ def diff(desired, view):
         invs = resolve_inventories(want, have)
         if invs != current_invs:
             ops.append(SetInventories(want.uuid, invs))
+        current_aggs = have.aggregates if have is not None else frozenset()
+        aggs = merged_aggregates(want, current_aggs)
+        if aggs is not None and aggs != current_aggs:
+            ops.append(SetAggregates(want.uuid, aggs))
     return ops

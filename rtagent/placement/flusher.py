@@ -69,7 +69,7 @@ class Flusher:
         # that reads it (clear_outcome).
         self.outcome_unknown = False
 
-    def flush(self, view, ops, desired, root, held):
+    def flush(self, view, ops, desired, root, held, *, driver_allocations=None):
         """Make Placement, as ``view`` holds it, hold ``desired`` by ``ops``.
 
         :param held: {consumer: {provider: {class: amount}}}: what the
@@ -77,12 +77,19 @@ class Flusher:
             class (PCI reporting turned on), the consumers that already hold
             some of it are given their allocations in the same
             ``POST /reshaper`` that adds it (:func:`.reshape.seeded`).
+        :param driver_allocations: {consumer: {"allocations": {provider:
+            {"resources": {...}}}, ...}}: the allocations a virt driver
+            moved for this tree (nova's ``ReshapeNeeded``), or None. They
+            are written with every inventory the operations set, in one
+            ``POST /reshaper``, instead of the moves the agent would infer.
         :returns: a :class:`Flushed`; :attr:`view` is the view after.
         :raises SyncConflictsExhausted: a provider's conflicts outlasted the
             policy.
         :raises GenerationConflict: the reshape conflicted (retry the sync).
         """
         self.view = view
+        if driver_allocations:
+            return self._driver_reshape(ops, driver_allocations)
         found = reshape.moves(desired, view.tree, ops)
         bodies = reshape.moved_allocations(self._client, found) if found else {}
         seeds = reshape.seeded(view.tree, ops, held)
@@ -101,6 +108,22 @@ class Flusher:
             ),
         )
         return Flushed(moves=tuple(found), seeded=tuple(sorted(seeds)))
+
+    def _driver_reshape(self, ops, allocations):
+        """Write ``ops`` with the driver's ``allocations``: every inventory
+        the operations set goes with them in one ``POST /reshaper`` (the
+        driver may move a class to several providers, which the agent's own
+        rule (:func:`.reshape.moves`) does not infer)."""
+        bodies = reshape.driver_bodies(allocations)
+        touched = {op.uuid for op in ops if isinstance(op, diffmod.SetInventories)}
+        self._reshape(ops, touched, bodies)
+        LOG.info(
+            "Reshaped provider tree as the virt driver asked: allocations of %d consumer(s) "
+            "rewritten with the inventories of %d provider(s)",
+            len(bodies),
+            len(touched),
+        )
+        return Flushed(moves=(), seeded=tuple(sorted(bodies)))
 
     def send(self, call, *args):
         """``call(*args)``, one write to Placement; an answer lost on the way
@@ -136,7 +159,9 @@ class Flusher:
                     retried += 1
                     cached = self.view.get(uuid)
                     fresh = reader.read_provider(
-                        self._client, Listed(uuid, cached.name, None, cached.parent_uuid)
+                        self._client,
+                        Listed(uuid, cached.name, None, cached.parent_uuid),
+                        aggregates=reader.manages_aggregates(desired.get(uuid)),
                     )
                     self.view = self.view.with_provider(fresh)
                     group = diffmod.diff(ProviderTree([desired.get(uuid)]), ProviderTree([fresh]))
@@ -161,7 +186,9 @@ class Flusher:
         current = self.view.get(op.uuid)
         if isinstance(op, diffmod.CreateProvider):
             generation = self._named(self._client.create_provider, op)
-            provider = Provider(op.uuid, op.name, op.parent_uuid, generation)
+            provider = Provider(
+                op.uuid, op.name, op.parent_uuid, generation, aggregates=frozenset()
+            )
             if op.parent_uuid is not None:
                 # Remembered at once: should a later write of this sync fail,
                 # the child is still known as ours (its name is taken now).
@@ -182,6 +209,11 @@ class Flusher:
                     {rc: Inventory.from_placement(d) for rc, d in op.inventories.items()}
                 ),
             )
+        elif isinstance(op, diffmod.SetAggregates):
+            generation = self.send(
+                self._client.put_aggregates, op.uuid, current.generation, op.aggregates
+            )
+            provider = current.replace(generation=generation, aggregates=op.aggregates)
         else:
             self._ensure_custom(
                 op.traits - current.traits, self._client.ensure_trait, self._known_traits

@@ -1,7 +1,8 @@
 """Read the tree from Placement, cheaply: a new view from the last one.
 
 Each read lists the tree's providers and their generations in ONE request
-(``GET /resource_providers?in_tree=ROOT``). A provider whose generation is
+(``GET /resource_providers?in_tree=ROOT``), plus one per root a virt
+driver reports beside the node's (a sharing provider). A provider whose generation is
 the one last seen is unchanged, so its cached inventories and traits are
 reused; only providers that moved are read again. With nothing changed a
 read costs one request, whatever the size of the node.
@@ -38,31 +39,50 @@ def refresh(client, view, root, desired, ours):
     :raises ProviderChanging: a provider kept changing between two reads.
     :raises PlacementUnavailable: a read failed; nothing was written.
     """
-    listed = frozen_map({e["uuid"]: Listed.from_placement(e) for e in client.list_tree(root)})
+    entries = list(client.list_tree(root))
+    # The roots a virt driver reports beside the node's (sharing providers):
+    # one listing each, only while the driver reports them.
+    for sharing in sorted(p.uuid for p in desired if p.sharing):
+        entries.extend(client.list_tree(sharing))
+    listed = frozen_map({e["uuid"]: Listed.from_placement(e) for e in entries})
     desired = same_names(desired, listed, ours)
     providers = []
     for entry in listed.values():
-        if entry.uuid not in desired:
+        want = desired.get(entry.uuid)
+        if want is None:
             continue
+        aggregates = manages_aggregates(want)
         cached = view.get(entry.uuid)
-        if cached is not None and cached.generation == entry.generation:
+        if (
+            cached is not None
+            and cached.generation == entry.generation
+            and (cached.aggregates is not None or not aggregates)
+        ):
             providers.append(cached.replace(name=entry.name, parent_uuid=entry.parent_uuid))
         else:
-            providers.append(read_provider(client, entry))
+            providers.append(read_provider(client, entry, aggregates=aggregates))
     return PlacementView(ProviderTree(providers), listed), desired
 
 
-def read_provider(client, entry):
-    """One provider's inventories and traits, read at one generation.
+def manages_aggregates(provider):
+    """Whether the desired ``provider``'s aggregates are the agent's to
+    write, so that they must be read (a third GET, only for such ones)."""
+    return provider is not None and bool(provider.aggregates or provider.managed_aggregates)
+
+
+def read_provider(client, entry, aggregates=False):
+    """One provider's inventories and traits (and its aggregates if
+    ``aggregates``), read at one generation.
 
     :param entry: its :class:`~rtagent.placement.view.Listed` (name, parent).
-    :raises ProviderChanging: its generation moved between the two GETs
-        every time.
+    :raises ProviderChanging: its generation moved between the GETs every
+        time.
     """
     for _ in range(_CONSISTENT_READ_ATTEMPTS):
         inv_gen, inventories = client.get_inventories(entry.uuid)
         trait_gen, traits = client.get_traits(entry.uuid)
-        if inv_gen == trait_gen:
+        agg_gen, aggs = client.get_aggregates(entry.uuid) if aggregates else (inv_gen, None)
+        if inv_gen == trait_gen == agg_gen:
             break
     else:
         # Someone keeps writing to it: let the retry policy pace us
@@ -75,6 +95,7 @@ def read_provider(client, entry):
         generation=inv_gen,
         inventories=frozen_map({rc: Inventory.from_placement(d) for rc, d in inventories.items()}),
         traits=traits,
+        aggregates=aggs,
     )
 
 

@@ -155,7 +155,7 @@ class ProviderSync:
         desired = self._refresh(_root_uuid(desired), desired)
         return diffmod.diff(desired, self._view.tree)
 
-    def sync(self, desired, local=None, held=None, drop=frozenset()):
+    def sync(self, desired, local=None, held=None, drop=frozenset(), driver_allocations=None):
         """Make Placement hold ``desired``.
 
         :param local: any value that changes when the node changes in a way
@@ -170,6 +170,10 @@ class ProviderSync:
         :param drop: UUIDs of child providers whose allocations may be
             removed when the desired tree no longer has them
             (:meth:`.children.PublishedChildren.retire`).
+        :param driver_allocations: the allocations a virt driver moved for
+            ``desired`` (nova's ``ReshapeNeeded``), written with its
+            inventories in one ``POST /reshaper``
+            (:meth:`.flusher.Flusher.flush`); None without one.
 
         :raises SyncConflictsExhausted: conflicts outlasted the policy.
         :raises ProviderNameTaken: our root's name belongs to another UUID.
@@ -183,7 +187,11 @@ class ProviderSync:
         if self._restored is not None:
             self._restore(desired, local)
         synced = self._synced
-        if synced is not None and synced.covers(desired, local, self._clock()):
+        if (
+            synced is not None
+            and not driver_allocations
+            and synced.covers(desired, local, self._clock())
+        ):
             return SyncResult(attempts=0, operations=(), tree=synced.tree, read=False)
         self._synced = None
         reported = desired
@@ -203,7 +211,9 @@ class ProviderSync:
                     f"{len(ops)} operation(s) to write" if ops else "nothing to write",
                 )
             try:
-                flushed = self._flusher.flush(self._view, ops, desired, root, held)
+                flushed = self._flusher.flush(
+                    self._view, ops, desired, root, held, driver_allocations=driver_allocations
+                )
             finally:
                 # Kept on failure too: each write that was answered is real.
                 self._view = self._flusher.view
@@ -305,7 +315,8 @@ def _load(record):
 
 
 def _root_uuid(tree):
-    roots = [p.uuid for p in tree if p.parent_uuid is None]
+    # The node's own root; a driver's sharing providers are roots beside it.
+    roots = [p.uuid for p in tree if p.parent_uuid is None and not p.sharing]
     if len(roots) != 1:
         raise ValueError(f"a desired tree needs exactly one root, got {len(roots)}")
     return roots[0]

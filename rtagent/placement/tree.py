@@ -34,6 +34,19 @@ class Provider:
         when higher than the desired one, so only someone else (an
         operator) lowers it (a one-time-use PCI device stays reserved after
         its free until it is made ready again).
+    :param aggregates: the provider's aggregate UUIDs. In a view, None
+        when they were not read (the agent reads them only for providers
+        whose aggregates it manages). In a desired tree, those the agent
+        wants the provider in, or None: aggregates not managed at all.
+    :param managed_aggregates: (desired trees only) aggregates whose
+        membership this agent decides, as ``managed_traits`` for traits:
+        any other aggregate (nova-api mirrors host aggregates onto the
+        node's root) is left alone.
+    :param sharing: (desired trees only) a root provider that the node's
+        virt driver reports beside the node's own root (a provider sharing
+        its inventory through an aggregate, e.g. shared storage). It is
+        created and written, never deleted by this agent: other hosts may
+        report it too.
     """
 
     uuid: str
@@ -47,6 +60,9 @@ class Provider:
     owned: bool = False
     ratio_defaults: object = dataclasses.field(default_factory=lambda: frozen_map({}))
     sticky_reserved: frozenset = frozenset()
+    aggregates: frozenset | None = None
+    managed_aggregates: frozenset = frozenset()
+    sharing: bool = False
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)

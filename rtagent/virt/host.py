@@ -127,11 +127,20 @@ class ProviderFacts:
     """A resource provider a host driver reports beside what the agent
     derives (nova's virt drivers: ``update_provider_tree``).
 
-    :param parent_uuid: None for the node's root provider itself (then
-        ``inventories`` and ``traits`` add to the root's).
+    :param parent_uuid: None for a root: the node's own (then
+        ``inventories`` and ``traits`` add to the root's) or, under another
+        UUID, a root the driver reports beside it (a sharing provider).
     :param inventories: ``((resource class, ((field, value), ...)), ...)``,
         each the items of a Placement inventory record.
     :param traits: the provider's traits.
+    :param seeded: (the node's root only) the inventories the driver was
+        handed for the root, in the form of ``inventories``: the agent's own
+        figures. A class whose record the driver changed or removed is the
+        driver's decision; None when it was handed none (then its records of
+        the agent's classes are not taken).
+    :param aggregates: the provider's aggregates as the driver reports them.
+    :param managed_aggregates: every aggregate the driver has reported for
+        the provider: one it no longer reports is removed, others' stay.
     """
 
     uuid: str
@@ -139,6 +148,9 @@ class ProviderFacts:
     parent_uuid: str | None = None
     inventories: tuple = ()
     traits: frozenset = frozenset()
+    seeded: tuple | None = None
+    aggregates: frozenset = frozenset()
+    managed_aggregates: frozenset = frozenset()
 
 
 # nova's MonitorMetric names whose value is an integer percent (0..100) that
@@ -224,6 +236,9 @@ class HostView:
     :param providers: :class:`ProviderFacts` the driver reports beyond the
         standard root inventories (nova drivers' extra classes and child
         providers), sorted parents first.
+    :param driver_allocations: JSON text of the allocations the driver
+        moved for ``providers`` at this reading (nova's ``ReshapeNeeded``):
+        {consumer: a ``POST /reshaper`` allocation body}; None without one.
     :param node_uuid: the node's UUID when the driver owns node identity
         (nova's virt drivers: the ComputeNode's UUID); None for libvirt,
         whose node is the agent's ``compute_id``.
@@ -263,6 +278,7 @@ class HostView:
     supported_instances: tuple = ()
     libvirt_version: int = 0
     providers: tuple = ()
+    driver_allocations: str | None = None
     node_uuid: str | None = None
     pci_devices: tuple = ()
     metrics: tuple = dataclasses.field(default=(), compare=False)

@@ -43,8 +43,11 @@ class _ReadingAtClaim(KeepsTestMethod):
 
     def test_a_disk_grown_since_the_periodic_is_in_placement_after_a_build(self):
         before = self._disk_total()
-        # The driver's answer changes; nothing runs nova's periodic below.
-        self.compute.manager.driver.resources.local_gb = before + 100
+        # The driver's answers change (its reading and its provider tree,
+        # which says what Placement holds, as under nova's tracker);
+        # nothing runs nova's periodic below.
+        driver = self.compute.manager.driver
+        driver.resources.local_gb = driver.local_gb = before + 100
         self._boot_and_check_allocations(self.api.get_flavors()[0], "host1")
         self.assertEqual(before + 100, self._wait_for_disk_total(before + 100))
 

@@ -136,3 +136,54 @@ def test_the_root_manages_pcpu_with_or_without_a_dedicated_set(tmp_path, dedicat
     (got,) = desired_tree(snap)
     assert set(got.inventories) == expected
     assert got.managed_classes == {VCPU, PCPU, MEMORY_MB, DISK_GB}
+
+
+def seeded(**records):
+    return tuple(sorted((rc, rec) for rc, rec in records.items()))
+
+
+# The agent's figures as handed to the driver: VCPU 8 at Placement's ratio.
+SEED = seeded(VCPU=record(8, allocation_ratio=4.0), MEMORY_MB=record(4096))
+
+
+def test_a_root_record_the_driver_left_as_handed_stays_the_agents():
+    reported = (ProviderFacts(ROOT, "node", None, SEED, seeded=SEED),)
+    got, _ = driver_providers(root(inventories=frozen_map(_agent())), reported)
+    # The agent's own record: its ratio None (Placement's stands) is kept.
+    assert got.inventories[VCPU].allocation_ratio is None
+    assert set(got.inventories) == {VCPU, MEMORY_MB}
+
+
+def test_a_root_record_the_driver_changed_or_removed_is_the_drivers():
+    changed = seeded(VCPU=record(8, allocation_ratio=10.0, max_unit=2))
+    reported = (ProviderFacts(ROOT, "node", None, changed, seeded=SEED),)
+    got, _ = driver_providers(root(inventories=frozen_map(_agent())), reported)
+    assert got.inventories[VCPU] == Inventory(total=8, max_unit=2, allocation_ratio=10.0)
+    # MEMORY_MB was handed and not returned: removed, and managed so it goes.
+    assert MEMORY_MB not in got.inventories
+    assert MEMORY_MB in got.managed_classes
+
+
+def test_aggregates_are_managed_only_once_the_driver_reports_some():
+    got, _ = driver_providers(root(), (ProviderFacts(ROOT, "node"),))
+    assert got.aggregates is None
+    reported = (
+        ProviderFacts(
+            ROOT,
+            "node",
+            aggregates=frozenset({"a"}),
+            managed_aggregates=frozenset({"a", "b"}),
+        ),
+        ProviderFacts("ssp", "shared", None, (("DISK_GB", record(500)),)),
+    )
+    got, others = driver_providers(root(), reported)
+    assert (got.aggregates, got.managed_aggregates) == (frozenset({"a"}), frozenset({"a", "b"}))
+    # A root beside the node's is a sharing provider of the desired tree.
+    assert [(p.uuid, p.sharing, p.parent_uuid) for p in others] == [("ssp", True, None)]
+
+
+def _agent():
+    return {
+        VCPU: Inventory(total=8, max_unit=8, allocation_ratio=None),
+        MEMORY_MB: Inventory(total=4096, max_unit=4096),
+    }
