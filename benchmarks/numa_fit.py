@@ -12,10 +12,16 @@ The host: 2 cells (sockets) of 16 cores x 2 threads, 64 threads, all
 dedicated, 64 GiB of 2 MiB and 4 KiB pages. ``busy`` has 50 pinned guests
 of 1 vCPU (prefer) already placed; ``empty`` none (the baseline of the same
 run). Each fit is a 4-vCPU guest in turn over 1 and 2 cells and each
-thread policy. The oracle cases are those of tests/unit/numa (up to 4
-cells of 8 CPUs, and single cells of cores of 1 to 4 threads); agreement
-is the share where the fitter finds a fit exactly when the oracle says one
-exists, and the fit it finds obeys every rule; it must be 1.0.
+thread policy (``isolate`` is refused on this SMT host at once, as nova
+34 does). The oracle cases are those of tests/unit/numa (up to 4 cells of
+8 CPUs, split, dedicated, shared or one-set layouts, and single cells of
+cores of 1 to 4 threads); the oracle (``tests/unit/numa/test_fit_oracle``,
+a brute-force search) states nova's rules: SMT cells, pinned CPUs,
+prefer/isolate/require, mixed guests, emulator threads; they agree with
+nova's own cell fit (``tests/nova/test_numa_thread_policies_against_nova``).
+Agreement is the share where the fitter finds a fit exactly when the
+oracle says one exists, and the fit it finds obeys every rule; it must be
+1.0.
 
 ``--greedy-require`` (a negative control) replaces the exact search for
 ``require`` with filling the fullest cores in turn; the agreement then
@@ -123,7 +129,7 @@ def oracle_agreement(cases):
 
 def greedy_require(cores, wanted):
     """The negative control: fill the fullest cores, two or more threads
-    each, with no search."""
+    each, with no search (and not k to a core, as nova's require)."""
     counts = []
     for core in fit._fullest_first(cores):
         take = min(len(core), wanted)

@@ -63,6 +63,10 @@ def policy_from_conf(conf):
         reserved_huge_pages=hugepages.parse(conf.reserved_huge_pages),
         reserve_untracked=conf.rtagent.reserve_untracked_usage,
         numa_pack=conf.compute.packing_host_numa_cells_allocation_strategy,
+        # As nova's libvirt driver: no fallback once cpu_shared_set is set.
+        pinning_fallback=bool(
+            conf.compute.cpu_pinning_fallback and not conf.compute.cpu_shared_set
+        ),
         ratios=frozen_map(
             {
                 VCPU: _configured_ratio(conf, "cpu_allocation_ratio"),

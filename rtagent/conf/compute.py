@@ -24,6 +24,18 @@ ALL_OPTS = [
         "cpu_shared_set. Not with [DEFAULT] reserved_host_cpus.",
     ),
     cfg.BoolOpt(
+        "cpu_pinning_fallback",
+        default=True,
+        help="nova's upgrade fallback for hosts not yet given cpu_dedicated_set: with "
+        "neither cpu_dedicated_set nor cpu_shared_set, pinned guests "
+        "(hw:cpu_policy=dedicated) may pin every online CPU, beside the floating "
+        "guests, and count their vCPUs as VCPU (no PCPU inventory), as nova's "
+        "libvirt driver and its scheduler's fallback query (unless nova's "
+        "[workarounds] disable_fallback_pcpu_query) do. Setting cpu_dedicated_set "
+        "later moves those guests' VCPU allocations to PCPU (docs/numa.md). False: "
+        "pinned guests need cpu_dedicated_set. Read at start.",
+    ),
+    cfg.BoolOpt(
         "packing_host_numa_cells_allocation_strategy",
         default=False,
         mutable=True,

@@ -61,6 +61,7 @@ def agent_conf(nova_conf, host, state_path):
     # a backoff; a fleet-wide spread is the daemon's concern.
     conf.set_override("placement_retry_window", 0, group="rtagent")
     conf.set_override("reserved_huge_pages", numa.reserved_huge_pages(nova_conf))
+    conf.set_override("cpu_pinning_fallback", numa.pinning_fallback(nova_conf), group="compute")
     # [pci]: the same names and syntax in both; the agent chooses the
     # devices nova's PCI requests get (rtagent.nova.pcirows mirrors them).
     for name in ("device_spec", "alias", "report_in_placement"):
@@ -84,13 +85,16 @@ def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_
         local_node_uuid=local_node_uuid,
         cpu_sets=lambda: numa.cpu_sets(nova_conf),
     )
-    views = driver.read_nodes()
+    # The node's identity only: its provider tree is the driver's to report
+    # to the agent built here (a reshape it asks for needs Placement).
+    views = driver.read_nodes(providers=False)
     agent = builder.build_agent(
         conf,
         driver=driver,
         adapter=adapter,
         node_uuid=views[0].node_uuid if views else None,
     )
+    driver.bind(seed=agent.root_figures, allocations=agent.tree_allocations)
     # Placement right within a second of a change, as under the daemon:
     # nova's periodic audit comes only once a minute. The prompt sync does
     # not read the host: nova's virt drivers query nova's database while

@@ -77,6 +77,15 @@ class LocalLink:
         service enabled or disabled: nova's API waits for its trait)."""
         self.agent.sync_changed({node_uuid})
 
+    def resync(self, node_uuid):
+        """Sync ``node_uuid`` to Placement again now, in the caller's thread
+        (after the periodic's reconciliation told the agent of moves the
+        audit's sync did not know). :returns: whether it succeeded; a
+        failure is logged."""
+        results = self.agent.sync_changed({node_uuid})
+        found = results.get(node_uuid)
+        return found is not None and not isinstance(found[1], Exception)
+
     def reread(self, nodename):
         """Read node ``nodename`` through nova's virt driver now, in the
         caller's thread, and have the prompt sync publish it if it changed
@@ -118,6 +127,10 @@ class RpcLink:
     def publish(self, node_uuid):
         """The daemon's prompt sync publishes a change within a second of
         the call that made it: nothing to do."""
+
+    def resync(self, node_uuid):
+        """The daemon syncs on its own: nothing to do."""
+        return True
 
     def reread(self, nodename):
         """The daemon reads its own host (hypervisor events, its audit):

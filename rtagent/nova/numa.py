@@ -7,7 +7,8 @@ and configuration, calls nothing).
 - The host: nova's virt driver reports its cells as a ``NUMATopology``
   (``get_available_resource()['numa_topology']``); the agent wants
   :class:`~rtagent.virt.host.NumaCell` values and the CPU sets of nova.conf
-  (:func:`host_cells`, :func:`cpu_sets`, :func:`reserved_huge_pages`).
+  (:func:`host_cells`, :func:`cpu_sets`, :func:`reserved_huge_pages`,
+  :func:`pinning_fallback`).
 - A claim: the agent answers with the host cell and pinning of each guest
   cell (the RPC API's ``numa``); nova's ComputeManager and virt driver read
   them as the instance's ``InstanceNUMATopology`` (:func:`instance_topology`).
@@ -85,6 +86,19 @@ def cpu_sets(conf):
     shared = frozenset(hardware.parse_cpu_spec(shared_spec)) if shared_spec else None
     dedicated = frozenset(hardware.parse_cpu_spec(dedicated_spec)) if dedicated_spec else None
     return shared, dedicated
+
+
+def pinning_fallback(conf):
+    """Whether nova's upgrade fallback applies to a host of nova.conf
+    ``conf`` without ``cpu_dedicated_set``: pinned guests pin the shared
+    CPUs and allocate VCPU. nova's libvirt driver offers the shared CPUs
+    for pinning unless ``[compute] cpu_shared_set`` alone is set; the
+    agent also leaves the fallback out when nova's scheduler does not ask
+    for such VCPU allocations (``[workarounds]
+    disable_fallback_pcpu_query``), as no pinned guest can land then."""
+    if conf.workarounds.disable_fallback_pcpu_query:
+        return False
+    return bool(conf.vcpu_pin_set or not conf.compute.cpu_shared_set)
 
 
 def reserved_huge_pages(conf):

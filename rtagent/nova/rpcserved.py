@@ -42,6 +42,9 @@ class ServedLink(RpcLink):
     def publish(self, node_uuid):
         self._local.publish(node_uuid)
 
+    def resync(self, node_uuid):
+        return self._local.resync(node_uuid)
+
     def reread(self, nodename):
         # Stands for the daemon's own hypervisor events, as audit() stands
         # for its loop.

@@ -81,8 +81,10 @@ class RtagentResourceTracker:
         self.reportclient = reportclient
         self.service_ref = None
         self.compute_nodes = {}
-        # nova's per-node stats objects; the agent's stats are what the
-        # ComputeNode record gets, these only keep failed_builds readable.
+        # nova's per-node stats objects: what the virt driver's reading
+        # says (ironic's node properties, which nova's
+        # ComputeCapabilitiesFilter reads); the ComputeNode record gets
+        # these with the agent's stats over them.
         self.stats = collections.defaultdict(compute_stats.Stats)
         # The agent reads host metrics (its own [DEFAULT] compute_monitors).
         self.monitors = []
@@ -194,6 +196,9 @@ class RtagentResourceTracker:
             LOG.warning("Virt driver does not report node %s", nodename)
             return
         resources = dict(reading, host_ip=_my_ip())
+        stats = self.stats[nodename]
+        stats.clear()
+        stats.digest_stats(reading.get("stats"))
         if not resources.get("uuid"):
             from nova.virt import node as virt_node
 
@@ -202,6 +207,7 @@ class RtagentResourceTracker:
         # their provider tree (nova's libvirt driver does).
         self._record_node(context, nodename, resources)
         self._sync_disabled(context, resources["uuid"])
+        refused = None
         try:
             # The agent audits from this same reading: nova's own tracker
             # reads the driver once per periodic.
@@ -211,10 +217,19 @@ class RtagentResourceTracker:
             # names; a PCI layout Placement cannot hold stops nova-compute
             # at start-up, as nova's own check does.
             LOG.error("Audit of node %s failed: %s", nodename, exc)
-            if getattr(exc, "code", None) == "pci.placement_layout_invalid":
+            code = getattr(exc, "code", None)
+            if code == "pci.placement_layout_invalid":
                 raise exception.PlacementPciException(error=str(exc)) from exc
-            raise exception.ResourceProviderSyncFailed() from exc
+            if code != "placement.inventory_in_use":
+                raise exception.ResourceProviderSyncFailed() from exc
+            # An inventory in use may be one the VCPU-to-PCPU reshape frees
+            # once the agent knows every consumer of the node: an outgoing
+            # move is learnt from nova's records in the reconciliation below
+            # (its migration holds the source's VCPU). Sync again after it.
+            refused = exc
         view = self._update_node(context, nodename)
+        if refused is not None and not self.link.resync(resources["uuid"]):
+            raise exception.ResourceProviderSyncFailed() from refused
         if view is not None:
             self._check_sizes(nodename, resources, view)
             # Once per periodic audit, as nova's tracker (outside its lock).
@@ -409,7 +424,10 @@ class RtagentResourceTracker:
             self._without_cells.discard(cn.uuid)
         else:
             self._without_cells.add(cn.uuid)
-        computenode.apply_view(cn, view, self._driver_numa.get(cn.hypervisor_hostname))
+        nodename = cn.hypervisor_hostname
+        computenode.apply_view(
+            cn, view, self._driver_numa.get(nodename), driver_stats=self.stats.get(nodename)
+        )
         computenode.save_if_changed(cn)
 
     # -- instance claims ---------------------------------------------------

@@ -100,19 +100,24 @@ class NumaClaim:
         ]
 
 
-def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=(), online=None):
+def host_cells(
+    numa_cells, shared=None, dedicated=None, reserved_pages=(), online=None, *, fallback=False
+):
     """The cells a node offers, before any claim.
 
     :param numa_cells: the host's cells (``HostView.numa_cells``: id,
         memory_mb, cpus with siblings, pages).
     :param shared: ``cpu_shared_set``, or None.
     :param dedicated: ``cpu_dedicated_set``, or None. Without it no CPU is
-        dedicated: pinned guests need the operator to name their CPUs
-        (nova's fallback to pinning on shared CPUs is not kept).
+        dedicated, unless ``fallback``.
     :param reserved_pages: ``((cell id, size KiB, count), ...)`` the
         operator keeps for the host (``[DEFAULT] reserved_huge_pages``).
     :param online: the host's online CPU ids, or None (unknown): without
         either set, a cell's shared CPUs are its online ones.
+    :param fallback: nova's upgrade fallback: without ``dedicated``, a
+        cell's shared CPUs may be pinned too (``pcpuset`` = ``cpuset``, as
+        nova's libvirt driver reports them then; its fitter reads the
+        equal sets as the legacy configuration).
     """
     reserved = {(cell, size): count for cell, size, count in reserved_pages}
     cells = []
@@ -124,7 +129,10 @@ def host_cells(numa_cells, shared=None, dedicated=None, reserved_pages=(), onlin
             cpuset = frozenset()
         else:
             cpuset = cpus & online if online is not None else cpus
-        pcpuset = cpus & dedicated if dedicated is not None else frozenset()
+        if dedicated:
+            pcpuset = cpus & dedicated
+        else:
+            pcpuset = cpuset if fallback else frozenset()
         # Trimmed to the cell's CPU sets, single threads kept, as nova's
         # libvirt driver reports them (what its filters read).
         usable = cpuset | pcpuset
@@ -279,4 +287,9 @@ def refusal(guest_cells, cells, emulator_isolate=False):
         + "".join(f", {p.free} free {p.size_kb} KiB pages" for p in c.pages[1:])
         for c in cells
     )
-    return f"NUMA: the guest's {asked} fit on no {len(cells)}-cell layout ({free})"
+    why = f"NUMA: the guest's {asked} fit on no {len(cells)}-cell layout ({free})"
+    if any(g.thread_policy == "isolate" for g in guest_cells) and any(
+        fit.smt_refuses_isolate(c) for c in cells
+    ):
+        why += "; an isolate guest fits on no cell with hyper-threads (as nova: bug 1889633)"
+    return why

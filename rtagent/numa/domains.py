@@ -20,8 +20,11 @@ import dataclasses
 
 def pinned_dedicated(domains, cells):
     """{domain uuid: the dedicated CPUs it is pinned to} for every domain
-    pinned to at least one (O(domains); run when the domains change)."""
-    dedicated = frozenset().union(*(c.pcpuset for c in cells)) if cells else frozenset()
+    pinned to at least one (O(domains); run when the domains change).
+
+    A CPU that is shared too (nova's upgrade fallback: pinned guests pin
+    the shared CPUs) proves nothing: floating guests are pinned to it."""
+    dedicated = frozenset().union(*(c.pcpuset - c.cpuset for c in cells)) if cells else frozenset()
     if not dedicated:
         return {}
     found = {}

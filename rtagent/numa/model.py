@@ -75,10 +75,6 @@ class HostCell:
         cores.extend(frozenset({cpu}) for cpu in sorted(self.pcpuset - seen))
         return tuple(cores)
 
-    @property
-    def has_smt(self):
-        return any(len(core) > 1 for core in self.cores())
-
 
 @dataclasses.dataclass(frozen=True)
 class GuestCell:

@@ -22,6 +22,8 @@ import time
 
 from rtagent.placement import errors as placement_errors
 from rtagent.placement import passes as passmod
+from rtagent.placement.passes import pinned_vcpus
+from rtagent.resources import PCPU
 
 
 class NodePublisher:
@@ -64,9 +66,10 @@ class NodePublisher:
             (p for p in self.passes if isinstance(p, passmod.UnknownConsumerPass)), None
         )
 
-    def publish(self, tracker, desired, held=None, drop=frozenset()):
+    def publish(self, tracker, desired, held=None, drop=frozenset(), driver_allocations=None):
         """Sync ``desired``, then run the allocation passes in order. One
-        syncing thread at a time. ``held`` and ``drop``: see
+        syncing thread at a time. ``held``, ``drop`` and
+        ``driver_allocations``: see
         :meth:`~rtagent.placement.sync.ProviderSync.sync`.
 
         :returns: the :class:`~rtagent.placement.sync.SyncResult`.
@@ -83,8 +86,13 @@ class NodePublisher:
         try:
             # A new, moved or deleted consumer makes the sync look at
             # Placement now, whatever its refresh interval.
+            snapshot = tracker.snapshot()
             outcome = self.sync.sync(
-                desired, local=tracker.snapshot().known_consumers, held=held, drop=drop
+                desired,
+                local=snapshot.known_consumers,
+                held=self._with_pinned(desired, snapshot, held),
+                drop=drop,
+                driver_allocations=driver_allocations,
             )
             tracker.set_placement_ratios(self.sync.placement_ratios(self.node_uuid))
             node = passmod.SyncedNode(
@@ -97,6 +105,27 @@ class NodePublisher:
             raise
         self.backoff.record_success()
         return outcome
+
+    def _with_pinned(self, desired, snapshot, held):
+        """``held`` and, when the sync is to add PCPU to the root, the PCPU
+        the node's pinned claims hold: the sync then moves their VCPU to
+        PCPU in the reshape that adds it (nova's VCPU-to-PCPU reshape, see
+        :mod:`rtagent.placement.passes.pinned_vcpus`). O(instances) only
+        then; other syncs pass ``held`` as it is."""
+        wanted = desired.get(self.node_uuid)
+        if wanted is None or PCPU not in wanted.inventories:
+            return held
+        known = self.sync.view.get(self.node_uuid)
+        if known is not None and PCPU in known.inventories:
+            return held
+        pinned = pinned_vcpus.holdings(snapshot)
+        if not pinned:
+            return held
+        merged = {c: {rp: dict(res) for rp, res in a.items()} for c, a in (held or {}).items()}
+        for consumer, allocs in pinned.items():
+            for rp, res in allocs.items():
+                merged.setdefault(consumer, {}).setdefault(rp, {}).update(res)
+        return merged
 
     def report_unknown(self, tracker):
         """Check now (every provider's allocations) and adopt the findings

@@ -17,6 +17,13 @@ resources that were not in Placement before, or leave it (PCI devices as
 ``[pci] report_in_placement`` is turned on or off): a class that appears on
 a provider is *seeded* with what the node's claims already hold of it
 (:func:`seeded`), and a provider being retired is *emptied* (:func:`emptied`).
+
+nova's VCPU-to-PCPU reshape is a seed: when ``cpu_dedicated_set`` is set on
+a host of nova's upgrade fallback, PCPU appears on the root and the pinned
+guests' claims hold it (:func:`rtagent.placement.passes.pinned_vcpus.holdings`);
+each seeded PCPU replaces as much of the consumer's VCPU there, in the same
+``POST /reshaper`` that adds the PCPU inventory (and drops VCPU's, when no
+CPU is shared any more), so no crash can leave one without the other.
 """
 
 import dataclasses
@@ -25,6 +32,7 @@ import logging
 from rtagent.placement import diff as diffmod
 from rtagent.placement import errors
 from rtagent.placement.consumers import consumer_type
+from rtagent.resources import PCPU, VCPU
 
 LOG = logging.getLogger(__name__)
 
@@ -143,10 +151,25 @@ def with_seeded(client, bodies, seeds, root):
             continue
         for rp, classes in seeds[consumer].items():
             allocs[rp] = {**allocs.get(rp, {}), **classes}
+            if rp == root and classes.get(PCPU):
+                _pinned_vcpus_moved(allocs[rp], classes[PCPU])
         bodies[consumer] = dict(
             body, allocations={rp: {"resources": r} for rp, r in allocs.items()}
         )
     return bodies
+
+
+def _pinned_vcpus_moved(resources, pcpus):
+    """``resources`` (a consumer's on the root, PCPU seeded) without the
+    VCPU its seeded PCPU replaces: nova's VCPU-to-PCPU reshape. A pinned
+    guest of nova's upgrade fallback holds its pinned vCPUs as VCPU; once
+    the node offers PCPU they are its PCPU instead, not both (a ``mixed``
+    guest keeps its shared vCPUs as VCPU)."""
+    left = resources.get(VCPU, 0) - pcpus
+    if left > 0:
+        resources[VCPU] = left
+    else:
+        resources.pop(VCPU, None)
 
 
 def emptied(client, providers):
@@ -166,6 +189,32 @@ def emptied(client, providers):
         kept = {rp: a for rp, a in body["allocations"].items() if rp not in providers}
         bodies[consumer] = dict(body, allocations=kept)
     return bodies
+
+
+def driver_bodies(allocations):
+    """``POST /reshaper`` allocation bodies of the allocations a virt driver
+    returned from a reshape (nova's ``update_provider_tree`` with
+    ``allocations``): each consumer's as the driver left it, with the
+    generation, project, user and type read before it was handed over.
+
+    :param allocations: {consumer: {"allocations": {provider: {"resources":
+        {...}}}, "consumer_generation", "project_id", "user_id",
+        "consumer_type"}}.
+    """
+    return {
+        consumer: {
+            "allocations": {
+                rp: {"resources": dict(a["resources"])}
+                for rp, a in body["allocations"].items()
+                if a.get("resources")
+            },
+            "project_id": body["project_id"],
+            "user_id": body["user_id"],
+            "consumer_generation": body["consumer_generation"],
+            "consumer_type": consumer_type(body),
+        }
+        for consumer, body in sorted(allocations.items())
+    }
 
 
 def _body(current):

@@ -2,7 +2,7 @@
 
 from rtagent.pci import claim as pci_claim
 from rtagent.resources import frozen_map
-from rtagent.tracker import errors
+from rtagent.tracker import errors, ledger, requests
 from rtagent.tracker.model import RELEASED_VM_STATES
 from rtagent.tracker.pciholds import cell_rank, layout_filter
 from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
@@ -46,6 +46,10 @@ def claim_instance(
     :raises ClaimPending: a standalone claim of the instance is in flight.
     """
     state.check_not_pending(instance.uuid)
+    if ledger.pins_on_shared(state.host, state.policy):
+        # nova's upgrade fallback: the pinned vCPUs are allocated as VCPU.
+        counted = requests.on_shared_cpus(instance.resources, guest)
+        instance = instance.replace(resources=frozen_map(counted))
     existing = state.instances.get(instance.uuid)
     if existing is not None:
         if (

@@ -44,6 +44,11 @@ class ResourcePolicy:
     :param numa_pack: NUMA guests go to the most used host cells first
         (nova's ``packing_host_numa_cells_allocation_strategy``); False
         spreads them, least used first.
+    :param pinning_fallback: on a host without ``cpu_dedicated_set``,
+        pinned guests pin the shared CPUs and count their vCPUs as VCPU
+        (nova's upgrade fallback, see :func:`pins_on_shared`). The caller
+        leaves it False where nova keeps no fallback (``cpu_shared_set``
+        alone, or nova's ``[workarounds] disable_fallback_pcpu_query``).
     """
 
     reserved_host_cpus: int = 0
@@ -56,6 +61,7 @@ class ResourcePolicy:
     )
     reserve_untracked: bool = True
     numa_pack: bool = False
+    pinning_fallback: bool = False
 
     def reserved(self, rc):
         if rc == VCPU:
@@ -105,6 +111,13 @@ def host_totals(host):
         MEMORY_MB: host.memory_mb,
         DISK_GB: host.local_gb,
     }
+
+
+def pins_on_shared(host, policy):
+    """Whether pinned guests pin the shared CPUs of ``host`` and count
+    their vCPUs as VCPU: nova's upgrade fallback, on a host without
+    ``cpu_dedicated_set`` (no PCPU inventory) when ``policy`` keeps it."""
+    return bool(policy.pinning_fallback and host is not None and not host.cpu_dedicated_set)
 
 
 def inventories(host, policy, placement_ratios=None, resolve_ratios=True):

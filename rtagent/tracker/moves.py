@@ -22,7 +22,7 @@ state unchanged, so a retried call is harmless.
 
 from rtagent.pci import claim as pci_claim
 from rtagent.resources import PCPU, VCPU, frozen_map
-from rtagent.tracker import errors, ledger
+from rtagent.tracker import errors, ledger, requests
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
 from rtagent.tracker.pciholds import cell_rank, layout_filter
 from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
@@ -69,6 +69,10 @@ def start_move(
             reason=f"move {migration.uuid} does not involve node {node}"
         )
     state.check_not_pending(migration.instance_uuid)
+    if migration.dest_node == node and ledger.pins_on_shared(state.host, state.policy):
+        # nova's upgrade fallback: the pinned vCPUs are allocated as VCPU.
+        counted = requests.on_shared_cpus(migration.new_resources, guest)
+        migration = migration.replace(new_resources=frozen_map(counted))
     existing = state.migrations.get(migration.uuid)
     if existing is not None:
         _check_same_move(existing, migration, pci_requests if migration.dest_node == node else None)

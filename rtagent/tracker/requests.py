@@ -55,6 +55,39 @@ def resources(flavor, volume_backed=False, guest=None):
     return amounts
 
 
+def on_shared_cpus(amounts, guest):
+    """``amounts`` (from :func:`resources`) as nova's upgrade fallback
+    counts them on a host without ``cpu_dedicated_set``: every vCPU as VCPU,
+    pinned ones too, and no PCPU (nova's scheduler then asks for the
+    flavor's vCPUs as VCPU, no more for an isolated emulator thread)."""
+    amounts = dict(amounts)
+    pcpus = amounts.pop(PCPU, 0)
+    if pcpus:
+        emulator = 1 if guest is not None and guest.emulator_isolate else 0
+        amounts[VCPU] = amounts.get(VCPU, 0) + pcpus - emulator
+    return amounts
+
+
+def on_dedicated_cpus(amounts, numa):
+    """``amounts`` of a claim made in nova's upgrade fallback (its pinned
+    vCPUs as VCPU) as a claim on ``cpu_dedicated_set`` counts them: the
+    pinned vCPUs (and an isolated emulator thread's CPU) as PCPU. Unchanged
+    for a claim that pins nothing or counts PCPU already.
+
+    :param numa: the claim's :class:`~rtagent.numa.claim.NumaClaim`, or None.
+    """
+    amounts = dict(amounts)
+    if numa is None or not numa.pcpus or amounts.get(PCPU):
+        return amounts
+    shared = amounts.get(VCPU, 0) - sum(len(c.pcpuset) for c in numa.guest_cells)
+    amounts[PCPU] = numa.pcpus
+    if shared > 0:
+        amounts[VCPU] = shared
+    else:
+        amounts.pop(VCPU, None)
+    return amounts
+
+
 def instance(instance_uuid, flavor, *, volume_backed=False, project_id="", guest=None):
     """The :class:`Instance` an instance claim asks for (its ``numa`` is
     set by the claim, when ``guest`` gives a topology)."""

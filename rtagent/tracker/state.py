@@ -24,7 +24,7 @@ from rtagent.numa import model as numa_model
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import node as pci_node
 from rtagent.resources import MEMORY_MB, STANDARD_CLASSES, VCPU, frozen_map
-from rtagent.tracker import assigned, errors, ledger, pciholds, rows, stats, untracked
+from rtagent.tracker import assigned, errors, ledger, pciholds, requests, rows, stats, untracked
 
 # Changes and changes() live in their own module; importable from here too.
 from rtagent.tracker.changes import (  # noqa: F401
@@ -232,13 +232,17 @@ class NodeState:
         state = dataclasses.replace(self, **fields)
         if state.host is None:
             return state
+        fallback = ledger.pins_on_shared(state.host, state.policy)
         cells = numa_claim.host_cells(
             state.host.numa_cells,
             state.host.cpu_shared_set,
             state.host.cpu_dedicated_set,
             state.policy.reserved_huge_pages,
             state.host.online_cpus,
+            fallback=fallback,
         )
+        if state.host.cpu_dedicated_set and self._left_fallback(state):
+            state = state._pinned_as_pcpu()
         return dataclasses.replace(
             state,
             **self._pci_fields(state),
@@ -248,6 +252,44 @@ class NodeState:
             numa_cells=cells,
             numa_pins=self._numa_pins(state.host, cells),
         )
+
+    def _left_fallback(self, state):
+        """Whether ``state`` may hold claims of nova's upgrade fallback
+        (pinned vCPUs counted as VCPU) that it must count as PCPU: its
+        first reading after a start, or one where the dedicated set or the
+        policy changed. A steady reading costs nothing."""
+        return (
+            self.host is None
+            or self.host.cpu_dedicated_set != state.host.cpu_dedicated_set
+            or self.policy.pinning_fallback != state.policy.pinning_fallback
+        )
+
+    def _pinned_as_pcpu(self):
+        """This state with the claims made in nova's upgrade fallback
+        counted as claims on ``cpu_dedicated_set`` count them (their pinned
+        vCPUs as PCPU): the agent's half of the VCPU-to-PCPU reshape, once
+        the operator sets ``cpu_dedicated_set``. Placement's half is the
+        sync's (:mod:`rtagent.placement.pinned`). O(instances) when any
+        holds a NUMA claim, else O(moves)."""
+        state = self
+        if self.sums.numa.cells:
+            for instance in self.instances.values():
+                counted = _on_dedicated(instance.resources, instance.numa)
+                if counted is not None:
+                    state = state.with_instance(instance.replace(resources=counted))
+        for move in self.migrations.values():
+            old = _on_dedicated(move.old_resources, move.old_numa)
+            new = _on_dedicated(move.new_resources, move.new_numa)
+            if old is not None or new is not None:
+                # In place, its sequence kept: which move counts is unchanged.
+                counted = move.replace(
+                    old_resources=old if old is not None else move.old_resources,
+                    new_resources=new if new is not None else move.new_resources,
+                )
+                state = dataclasses.replace(
+                    state, migrations=state.migrations.set(move.uuid, counted)
+                )
+        return state
 
     def _numa_pins(self, host, cells):
         """See ``numa_pins``; this state's when the domains and cells are
@@ -623,6 +665,13 @@ def ensure_numa_fits(
             )
         raise errors.ComputeResourcesUnavailable(instance_uuid, [reason])
     return placed
+
+
+def _on_dedicated(resources, numa):
+    """``resources`` with pinned vCPUs as PCPU (a frozen mapping), or None
+    when they count them so already (or pin nothing)."""
+    counted = requests.on_dedicated_cpus(resources, numa)
+    return frozen_map(counted) if counted != dict(resources) else None
 
 
 def _cpu_list(cpus):

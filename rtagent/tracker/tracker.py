@@ -358,7 +358,8 @@ class Tracker:
             the image's properties (nova's ``hw:*`` / ``hw_*`` keys): a
             guest that asks for a NUMA topology, pinned CPUs or a page size
             gets cells placed on the host's (``Claim.numa``), and counts
-            its pinned vCPUs as PCPU.
+            its pinned vCPUs as PCPU (as VCPU in nova's upgrade fallback,
+            on a host without ``cpu_dedicated_set``: docs/numa.md).
         :param pci_requests: the instance's PCI requests (a list of
             mappings, see :mod:`rtagent.pci.requests`): free devices of the
             node are chosen for them, in the same lock and write as the

@@ -134,6 +134,55 @@ def test_the_agents_cells_and_inventories_are_the_drivers(
         ]
 
 
+def _novas_fallback(vcpu_pin_set, shared_opt, dedicated_opt):
+    """nova 34's libvirt driver (``_get_host_numa_topology``): with no
+    dedicated CPU, the shared ones are offered for pinning too unless
+    ``cpu_shared_set`` alone is set."""
+    return not dedicated_opt and not (shared_opt and not vcpu_pin_set)
+
+
+@pytest.mark.parametrize(
+    "vcpu_pin_set, shared_opt, dedicated_opt, disabled, shared, dedicated",
+    [
+        (None, None, None, False, set(range(8)), set()),
+        ("0-5", None, None, False, set(range(6)), set()),
+        ("0-5", "0-3", None, False, set(range(6)), set()),
+        (None, "0,1,4,5", None, False, {0, 1, 4, 5}, set()),
+        (None, "0,1,4,5", "2,3,6,7", False, {0, 1, 4, 5}, {2, 3, 6, 7}),
+        # nova's scheduler asks no VCPU for pinned guests: none can land.
+        (None, None, None, True, set(range(8)), set()),
+    ],
+)
+def test_the_fallback_offers_the_cpus_novas_driver_offers(
+    conf, vcpu_pin_set, shared_opt, dedicated_opt, disabled, shared, dedicated
+):
+    conf.set_override("vcpu_pin_set", vcpu_pin_set)
+    conf.set_override("cpu_shared_set", shared_opt, group="compute")
+    conf.set_override("cpu_dedicated_set", dedicated_opt, group="compute")
+    conf.set_override("disable_fallback_pcpu_query", disabled, group="workarounds")
+    try:
+        fallback = numa.pinning_fallback(conf)
+        novas = _novas_fallback(vcpu_pin_set, shared_opt, dedicated_opt)
+        assert fallback == (novas and not disabled)
+        pinnable = shared if novas else dedicated
+        topology = driver_topology(shared, pinnable)
+        sets = numa.cpu_sets(conf)
+        view = hostdriver.view_of("node", resources(topology, len(shared)), cpu_sets=sets)
+        cells = numa_claim.host_cells(
+            view.numa_cells, view.cpu_shared_set, view.cpu_dedicated_set, fallback=fallback
+        )
+        record = objects.NUMATopology.obj_from_db_obj(
+            numa.compute_node_topology(topology._to_json(), numa_view.numa_topology(cells))
+        )
+        for mine, driver in zip(record.cells, topology.cells, strict=True):
+            assert mine.cpuset == driver.cpuset
+            assert mine.pcpuset == (driver.pcpuset if not disabled else set())
+        # No PCPU inventory in the fallback: pinned guests allocate VCPU.
+        assert ledger.host_totals(view)[PCPU] == len(dedicated)
+    finally:
+        conf.clear_override("disable_fallback_pcpu_query", group="workarounds")
+
+
 def test_vcpu_pin_set_is_the_shared_set(conf):
     conf.set_override("vcpu_pin_set", "0-3")
     assert numa.cpu_sets(conf) == ({0, 1, 2, 3}, None)

@@ -2,30 +2,35 @@
 moved to PCPU.
 
 Before ``[compute] cpu_dedicated_set`` existed, nova pinned guests on the
-CPUs of ``vcpu_pin_set`` and its scheduler allocated their vCPUs as VCPU.
-The agent pins only on the dedicated set, and a claim of a pinned guest
-counts its vCPUs as PCPU; but when an operator moves such a host to the
-agent and claims its existing guests (their allocations already exist and
-are not rewritten by the claim), Placement keeps the old VCPU allocation.
-Placement then offers those dedicated CPUs to the scheduler a second time
-(PCPU looks free) and counts the guests against the much smaller VCPU
-inventory of the shared set.
+shared CPUs (``vcpu_pin_set``, or every CPU) and its scheduler allocated
+their vCPUs as VCPU; nova 34 still does, as its upgrade fallback, and so
+does the agent on such a host (docs/numa.md). Once the node has
+``cpu_dedicated_set``, a pinned guest's claim counts its vCPUs as PCPU.
 
-:class:`PinnedAllocations` finds such consumers and moves their pinned
-vCPUs from VCPU to PCPU on the node's root provider, one consumer at a time
-(``PUT /allocations/{consumer}`` with the generation read, so a concurrent
-writer makes it a conflict, not a lost update). This is the allocation half
-of nova's VCPU-to-PCPU reshape: nova does it with ``POST /reshaper`` because
-its PCPU inventory appears in the same request; here the inventory is
-already in Placement when a guest's claim arrives (the first sync after
-start-up publishes it), so each consumer is an independent, atomic write.
+Two ways bring such a guest's allocation to PCPU:
+
+- When the node's PCPU inventory appears (the operator set
+  ``cpu_dedicated_set`` on a host of the fallback), the sync adds it in one
+  ``POST /reshaper`` with every pinned consumer's VCPU moved to PCPU: the
+  node's claims hold them (:func:`holdings`, the sync's ``held``) and
+  :func:`rtagent.placement.reshape.with_seeded` swaps the classes. nova's
+  libvirt driver does the same at its start (``ReshapeNeeded``).
+- When the inventory is in Placement already and a guest's claim arrives
+  later (a host moved to the agent from nova: its guests are claimed by
+  the reconciliation, after the first sync), :class:`PinnedAllocations`
+  finds the consumers whose allocation on the root holds their pinned
+  vCPUs as VCPU and moves them all in one ``POST /reshaper`` (the root's
+  inventories as read just before, unchanged): every consumer moves, or
+  none does, and each write is checked against the consumer generation
+  read, so a concurrent writer makes it a conflict, not a lost update.
 """
 
 import dataclasses
 import logging
 
 from rtagent.placement import errors
-from rtagent.placement.consumers import rewrite
+from rtagent.placement.consumers import consumer_type
+from rtagent.resources import PCPU
 
 LOG = logging.getLogger(__name__)
 
@@ -36,6 +41,36 @@ class Correction:
 
     consumer: str
     amount: int
+
+
+def claimed_pinned(node, instances, migrations):
+    """{consumer: the resources its claim holds on the node's root} for
+    every consumer of the node that holds PCPU (pure): each instance living
+    here under its own UUID; a move's source side under the migration's
+    UUID (nova's migration consumer holds it); an incoming move's instance
+    that has not landed yet under its own.
+
+    :param node: the node's UUID (its root provider's).
+    :param instances, migrations: the node's tracked
+        :class:`~rtagent.tracker.model.Instance` and
+        :class:`~rtagent.tracker.model.Migration` values.
+    """
+    found = {i.uuid: dict(i.resources) for i in instances if i.resources.get(PCPU)}
+    for move in migrations:
+        if move.source_node == node and move.old_resources.get(PCPU):
+            found[move.uuid] = dict(move.old_resources)
+        if move.dest_node == node and move.instance_uuid not in found:
+            if move.new_resources.get(PCPU):
+                found[move.instance_uuid] = dict(move.new_resources)
+    return found
+
+
+def holdings(snapshot):
+    """{consumer: {root: {"PCPU": amount}}}: the PCPU the node's claims
+    hold (see :func:`claimed_pinned`), in the form of a sync's ``held``."""
+    root = snapshot.node_uuid
+    found = claimed_pinned(root, snapshot.instances, snapshot.migrations)
+    return {c: {root: {PCPU: r[PCPU]}} for c, r in found.items()}
 
 
 def correction(claimed, held):
@@ -75,13 +110,14 @@ def moved(current, root, amount):
 
 
 class PinnedAllocations:
-    """Checks each pinned instance of one node once, and moves what the
-    legacy pattern left as VCPU to PCPU.
+    """Checks each pinned consumer of one node once, and moves what the
+    legacy pattern left as VCPU to PCPU, all in one ``POST /reshaper``.
 
-    Costs nothing while no new pinned instance arrives. A new one costs one
+    Costs nothing while no new pinned consumer arrives. A new one costs one
     ``GET /allocations/{consumer}``; more than ``max_consumer_reads`` at
     once (every pinned guest after a restart) cost one read of the root's
-    allocations instead. Only consumers that need a move are written.
+    allocations instead. Only when some need a move: a read of the root's
+    inventories and one reshape.
 
     Not thread-safe: the audit thread only.
     """
@@ -90,27 +126,31 @@ class PinnedAllocations:
         self._client = client
         self._max_reads = max_consumer_reads
         self._checked = {}  # consumer -> the pinned count it was checked for
-        # The instances tuple of the last pass that left nothing to do: the
-        # tracker hands out the same tuple while its state is unchanged, so
-        # a steady tick costs one identity test, not a scan of every instance.
+        # The (instances, migrations) tuples of the last pass that left
+        # nothing to do: the tracker hands out the same tuples while its
+        # state is unchanged, so a steady tick costs two identity tests, not
+        # a scan of every instance.
         self._settled = None
 
-    def check(self, root, instances):
-        """Look at the pinned ``instances`` not checked yet.
+    def check(self, root, instances, migrations=()):
+        """Look at the pinned consumers not checked yet.
 
         :param root: the node's root provider UUID.
         :param instances: the node's tracked instances
             (:class:`~rtagent.tracker.model.Instance`).
+        :param migrations: the node's moves
+            (:class:`~rtagent.tracker.model.Migration`).
         :returns: the :class:`Correction` values written.
         :raises PlacementUnavailable: stop; the next pass looks again.
         """
-        if instances is self._settled:
+        settled = self._settled
+        if settled is not None and instances is settled[0] and migrations is settled[1]:
             return ()
-        pinned = {i.uuid: i for i in instances if i.resources.get("PCPU", 0)}
+        pinned = claimed_pinned(root, instances, migrations)
         self._checked = {c: n for c, n in self._checked.items() if c in pinned}
-        new = sorted(c for c, i in pinned.items() if self._checked.get(c) != i.resources["PCPU"])
+        new = sorted(c for c, r in pinned.items() if self._checked.get(c) != r[PCPU])
         if not new:
-            self._settled = instances
+            self._settled = (instances, migrations)
             return ()
         bodies = {}  # consumer -> its GET /allocations body, when read
         if len(new) > self._max_reads:
@@ -122,9 +162,9 @@ class PinnedAllocations:
                 allocs = bodies[consumer].get("allocations") or {}
                 if root in allocs:
                     held[consumer] = allocs[root]["resources"]
-        done = []
+        moves, checked = {}, {}
         for consumer in new:
-            claimed = pinned[consumer].resources
+            claimed = pinned[consumer]
             amount, differs = correction(claimed, held.get(consumer))
             if differs:
                 LOG.warning(
@@ -134,36 +174,59 @@ class PinnedAllocations:
                     root,
                     differs,
                 )
-            if amount and not self._move(consumer, root, claimed, amount, bodies.get(consumer)):
-                continue  # conflict: looked at again next pass
             if amount:
-                done.append(Correction(consumer, amount))
-            self._checked[consumer] = claimed["PCPU"]
-        return tuple(done)
+                moves[consumer] = amount
+            else:
+                checked[consumer] = claimed[PCPU]
+        done = self._move(root, pinned, moves, bodies) if moves else ()
+        for fixed in done:
+            checked[fixed.consumer] = pinned[fixed.consumer][PCPU]
+        self._checked.update(checked)
+        return done
 
-    def _move(self, consumer, root, claimed, amount, body=None):
-        """Write the move on ``body`` (the consumer's allocations as read),
-        reading it first when only the provider's bulk read saw it."""
-        if body is None:
-            body = self._client.get_allocations(consumer)
-        current = {rp: dict(a["resources"]) for rp, a in (body.get("allocations") or {}).items()}
-        # Re-checked on the body the write is based on: it may have changed
-        # since the bulk read.
-        if correction(claimed, current.get(root)) != (amount, None):
-            return False
+    def _move(self, root, pinned, moves, bodies):
+        """Move ``moves`` ({consumer: VCPU to count as PCPU}) in one
+        reshape, on each consumer's allocations as read (read now when only
+        the provider's bulk read saw them). :returns: the corrections
+        written (none on a conflict: looked at again next pass)."""
+        allocations = {}
+        for consumer, amount in sorted(moves.items()):
+            body = bodies.get(consumer) or self._client.get_allocations(consumer)
+            current = {
+                rp: dict(a["resources"]) for rp, a in (body.get("allocations") or {}).items()
+            }
+            # Re-checked on the body the write is based on: it may have
+            # changed since the bulk read.
+            if correction(pinned[consumer], current.get(root)) != (amount, None):
+                continue
+            allocations[consumer] = {
+                "allocations": {
+                    rp: {"resources": res} for rp, res in moved(current, root, amount).items()
+                },
+                "project_id": body["project_id"],
+                "user_id": body["user_id"],
+                "consumer_generation": body["consumer_generation"],
+                "consumer_type": consumer_type(body),
+            }
+        if not allocations:
+            return ()
+        generation, inventories = self._client.get_inventories(root)
+        payload = {root: {"resource_provider_generation": generation, "inventories": inventories}}
         try:
-            rewrite(self._client, consumer, moved(current, root, amount), body)
+            self._client.reshape(payload, allocations)
         except errors.GenerationConflict:
-            LOG.info("Consumer %s changed while its VCPU was moved to PCPU; next pass", consumer)
-            return False
+            LOG.info(
+                "Provider %s or a pinned consumer changed while VCPU was moved to PCPU; next pass",
+                root,
+            )
+            return ()
         LOG.warning(
-            "Pinned instance %s held its %d pinned vCPU(s) as VCPU on provider %s "
-            "(nova's legacy vcpu_pin_set pinning): moved to PCPU",
-            consumer,
-            amount,
+            "Pinned consumer(s) %s held their pinned vCPUs as VCPU on provider %s (nova's "
+            "legacy pinning on shared CPUs): moved to PCPU in one reshape",
+            ", ".join(f"{c} ({moves[c]})" for c in sorted(allocations)),
             root,
         )
-        return True
+        return tuple(Correction(c, moves[c]) for c in sorted(allocations))
 
 
 class PinnedVcpuPass:
@@ -176,7 +239,8 @@ class PinnedVcpuPass:
 
     def run(self, node):
         if node.root is not None:
-            self._pinned.check(node.node_uuid, node.tracker.snapshot().instances)
+            snapshot = node.tracker.snapshot()
+            self._pinned.check(node.node_uuid, snapshot.instances, snapshot.migrations)
         return node
 
     def status(self, known):

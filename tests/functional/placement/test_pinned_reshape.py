@@ -1,6 +1,9 @@
 """Nova's VCPU-to-PCPU upgrade in a real Placement: pinned guests that
 nova's legacy ``vcpu_pin_set`` left allocating VCPU are moved to PCPU once
-the agent (pinning on ``cpu_dedicated_set``) holds their claims.
+the agent (pinning on ``cpu_dedicated_set``) holds their claims, when the
+PCPU inventory was in Placement before their claims (a host moved to the
+agent from nova). The reshape at the moment the inventory appears is
+``test_pinning_fallback.py``'s.
 
 The host is the 2-socket one of ``tests/functional/numa_host.py`` (24
 dedicated CPUs, 8 shared), read by the real libvirt driver and published
@@ -106,9 +109,12 @@ def test_each_pinned_guest_is_looked_at_once(make_numa_agent, operator):
     agent.audit()
     assert on_node(operator, LEGACY, node) == {"PCPU": 2, "MEMORY_MB": 512}
     # The unknown-consumer index reads the new claim's consumer; the check
-    # reads it once and bases its write on that read.
+    # reads it once and bases its write on that read: one reshape, on the
+    # root's inventories as read just before it.
     mine = [(m, status) for m, url, status in recorder.requests if LEGACY in url]
-    assert mine == [("GET", 200), ("GET", 200), ("PUT", 204)]
+    assert mine == [("GET", 200), ("GET", 200)]
+    writes = [(m, url) for m, url, _ in recorder.requests if m in ("PUT", "POST")]
+    assert writes == [("POST", "/reshaper")]
     recorder.reset()
     agent.audit()
     agent.audit()
@@ -150,3 +156,6 @@ def test_after_a_restart_one_read_finds_them_all(make_numa_agent, operator):
     assert len(bulk) == 2
     # Only the reads each write is based on, not one more per guest to find it.
     assert len(one_by_one) == 10
+    # All ten moved in one reshape: none or all, whatever happens half-way.
+    reshapes = [r for r in recorder.requests if r[1] == "/reshaper"]
+    assert len(reshapes) == 1

@@ -54,13 +54,14 @@ def test_no_fit_when_a_guest_cell_fits_no_free_cell():
         # prefer: siblings first, the fullest cores first.
         (model.PREFER, {0}, 2, ((0, 2), (1, 3))),
         (model.PREFER, {0}, 3, ((0, 2), (1, 3), (2, 4))),
-        # isolate: one vCPU per wholly free core, which it takes whole.
-        (model.ISOLATE, {0}, 2, ((0, 2), (1, 4))),
-        (model.ISOLATE, {0, 2}, 2, None),
-        # require: siblings only, one lone vCPU allowed for an odd count.
+        # isolate: nova 34 keeps it off cells with hyper-threads.
+        (model.ISOLATE, set(), 1, None),
+        # require: k vCPUs to a core (k >= 2), the last core the rest, on
+        # cores with k free threads; never a core with one free thread.
         (model.REQUIRE, set(), 3, ((0, 0), (1, 1), (2, 2))),
         (model.REQUIRE, {0, 2, 4}, 2, None),
-        (model.REQUIRE, {0, 2, 4}, 1, ((0, 1),)),
+        (model.REQUIRE, {0, 2, 4}, 1, None),
+        (model.REQUIRE, {0}, 1, ((0, 2),)),
     ],
 )
 def test_thread_policies(policy, pinned, wanted, expected):
@@ -69,15 +70,121 @@ def test_thread_policies(policy, pinned, wanted, expected):
     assert (found.pinning if found else None) == expected
 
 
+# The two differences from nova 34 of issue 32, as they were found.
+
+
+def test_isolate_on_a_core_with_a_free_sibling_is_refused_as_nova_does():
+    # core [0, 1] free, 1 vCPU isolate: nova none (rtagent once {0: 0}).
+    host = cell(0, range(2), threads=2)
+    assert fit.fit((host,), (guest(0, {0}, thread_policy=model.ISOLATE),)) is None
+
+
+def test_require_puts_no_lone_vcpu_beside_another_guests_thread():
+    # cores [0, 1] with 0 pinned and [2, 3] with 3 pinned, 1 vCPU require:
+    # nova none (rtagent once {0: 1}).
+    host = cell(0, range(4), pinned={0, 3}, threads=2)
+    assert fit.fit((host,), (guest(0, {0}, thread_policy=model.REQUIRE),)) is None
+
+
+@pytest.mark.parametrize(
+    ("pinned", "wanted", "expected"),
+    [
+        # One vCPU per wholly free core, which it takes whole.
+        ({0}, 2, ((0, 2), (1, 4))),
+        ({0, 2}, 2, None),
+    ],
+)
+def test_isolate_on_hyperthreads_with_one_set_for_both(pinned, wanted, expected):
+    # nova's layout before cpu_dedicated_set (shared set = dedicated set):
+    # nova pins one thread of a free core and takes its siblings.
+    host = cell(0, range(6), pinned=pinned, threads=2, shared=range(6))
+    found = fit.fit_cell(host, guest(0, range(wanted), thread_policy=model.ISOLATE))
+    assert (found.pinning if found else None) == expected
+
+
 def test_isolate_takes_whole_cores():
-    host = cell(0, range(6), pinned={0}, threads=2)
+    host = cell(0, range(6), pinned={0}, threads=2, shared=range(6))
     found = fit.fit_cell(host, guest(0, {0, 1}, thread_policy=model.ISOLATE))
     assert found.taken == {2, 3, 4, 5}
+
+
+def test_isolate_without_hyperthreads():
+    host = cell(0, range(4), pinned={1}, threads=1)
+    found = fit.fit_cell(host, guest(0, {0, 1}, thread_policy=model.ISOLATE), reserve=1)
+    assert found.pinning == ((0, 0), (1, 2)) and found.reserved == {3}
+
+
+def test_a_shared_thread_makes_the_cell_smt_for_isolate():
+    # Cores [0, 1] and [2, 3], 1 and 3 in cpu_shared_set: nova's sibling
+    # lists keep the pairs, so nova refuses isolate though no two dedicated
+    # CPUs are siblings.
+    host = HostCell(
+        id=0,
+        cpuset=frozenset({1, 3}),
+        pcpuset=frozenset({0, 2}),
+        memory_mb=4096,
+        siblings=(frozenset({0, 1}), frozenset({2, 3})),
+    )
+    assert fit.fit_cell(host, guest(0, {0}, thread_policy=model.ISOLATE)) is None
+    assert fit.fit_cell(host, guest(0, {0}, thread_policy=model.PREFER))
+
+
+def test_require_uses_the_same_number_of_threads_on_each_core():
+    # Free cores of 3 and 2 threads: 5 vCPUs would need 3 + 2, and nova
+    # places k to a core (3 on one core, or 2 on two): no fit.
+    host = HostCell(
+        id=0,
+        cpuset=frozenset(),
+        pcpuset=frozenset(range(7)),
+        memory_mb=4096,
+        siblings=(frozenset({0, 1, 2}), frozenset({3, 4, 5, 6})),
+        pinned=frozenset({6, 5}),
+    )
+    assert fit.fit_cell(host, guest(0, range(5), thread_policy=model.REQUIRE)) is None
+    found = fit.fit_cell(host, guest(0, range(4), thread_policy=model.REQUIRE))
+    assert found.pinning == ((0, 0), (1, 1), (2, 3), (3, 4))
 
 
 def test_require_needs_hyperthreading():
     host = cell(0, range(4), threads=1)
     assert fit.fit_cell(host, guest(0, {0, 1}, thread_policy=model.REQUIRE)) is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "threads", "pinned", "fits"),
+    [
+        # A cell of a mixed guest with no pinned vCPU of its own still
+        # obeys the guest's thread policy, as nova.
+        (model.PREFER, 2, {0, 2}, True),
+        (model.REQUIRE, 2, {0, 2}, False),  # no core with two free threads
+        (model.REQUIRE, 2, {0}, True),
+        (model.ISOLATE, 1, set(), False),  # nova: no pinning, refused
+    ],
+)
+def test_a_mixed_cell_without_pinned_vcpus(policy, threads, pinned, fits):
+    host = cell(0, range(4), pinned=pinned, threads=threads, shared={8, 9})
+    shared_only = guest(1, cpus={1}, thread_policy=policy)
+    found = fit.fit_cell(host, shared_only, policy=fit.MIXED)
+    assert (found is not None) == fits
+    if found:
+        assert found.pinning == () and found.taken == frozenset()
+
+
+def test_a_mixed_cell_counts_its_memory_as_pinned():
+    host = cell(0, range(4), shared={8}, memory=1024, memory_usage=768)
+    shared_only = guest(0, cpus={0}, memory=512)
+    assert fit.fit_cell(host, shared_only, policy=fit.SHARED)
+    assert fit.fit_cell(host, shared_only, policy=fit.MIXED) is None
+
+
+def test_emulator_threads_need_a_pinned_vcpu_in_the_first_cell():
+    # As nova: a mixed guest whose first cell has only shared vCPUs gets no
+    # emulator CPU, anywhere.
+    hosts = (cell(0, range(4), shared={8}), cell(1, range(4, 8), shared={9}))
+    guests = (guest(0, cpus={0}), guest(1, {1}))
+    assert fit.fit(hosts, guests) is not None
+    assert fit.fit(hosts, guests, emulator_isolate=True) is None
+    assert fit.fit(hosts, guests[::-1], emulator_isolate=True) is not None
 
 
 def test_the_emulator_threads_take_one_more_cpu_of_the_first_cell_only():

@@ -32,14 +32,15 @@ def host_cells(draw):
         )
         cpus = frozenset().union(*siblings)
         cpu += len(cpus)
-        split = draw(st.sampled_from(("dedicated", "dedicated", "mixed", "shared")))
-        if split == "dedicated":
+        split = draw(st.sampled_from(("dedicated", "dedicated", "mixed", "shared", "legacy")))
+        if split in ("dedicated", "legacy"):
             dedicated = cpus
         elif split == "shared":
             dedicated = frozenset()
         else:
             dedicated = frozenset(draw(st.sets(st.sampled_from(sorted(cpus)))))
-        shared = cpus - dedicated
+        # legacy: nova's layout before cpu_dedicated_set, one set for both.
+        shared = cpus if split == "legacy" else cpus - dedicated
         pinned = frozenset()
         if dedicated:
             pinned = frozenset(
@@ -135,8 +136,14 @@ def pages_ok(host, size, memory_mb, use_free):
     return kb % size == 0 and kb <= (page.total - page.used if use_free else page.total) * size
 
 
-def memory_ok(host, guest):
-    pinned = bool(guest.pcpuset)
+def guest_policy(guests):
+    """nova's hw:cpu_policy, from all the guest's cells."""
+    if not any(g.pcpuset for g in guests):
+        return "shared"
+    return "mixed" if any(g.cpuset for g in guests) else "dedicated"
+
+
+def memory_ok(host, guest, pinned):
     if guest.pagesize is not None:
         return any(
             pages_ok(host, s, guest.memory_mb, True)
@@ -148,10 +155,10 @@ def memory_ok(host, guest):
     return guest.memory_mb <= limit
 
 
-def shared_ok(host, guest, lim):
-    n = len(guest.cpuset)
-    if not n:
+def shared_ok(host, guest, lim, policy):
+    if policy == "dedicated":
         return True
+    n = len(guest.cpuset)
     if n > len(host.cpuset):
         return False
     if lim is None:
@@ -162,53 +169,84 @@ def shared_ok(host, guest, lim):
     )
 
 
-def policy_ok(host, guest, chosen):
-    """Whether the set of pCPUs ``chosen`` obeys the thread policy; the
-    pCPUs it then takes."""
+def width(host):
+    """Threads per core as nova's sibling lists count them: within the
+    cell's shared and dedicated CPUs."""
+    cpus = host.cpuset | host.pcpuset
+    return max([len(frozenset(c) & cpus) for c in host.siblings] + [1])
+
+
+def policy_ok(host, guest, chosen, reserved):
+    """Whether the pCPUs ``chosen`` for the pinned vCPUs and ``reserved``
+    for the emulator threads obey nova's thread policy for a pinned cell;
+    the pCPUs the cell then takes, or None."""
     free = host.pcpuset - host.pinned
-    if not guest.pcpuset:
-        return frozenset()  # a policy about pinned vCPUs, and there are none
-    per_core = [len(chosen & core) for core in cores_of(host)]
+    if not chosen <= free or not reserved <= free or chosen & reserved:
+        return None
+    if reserved and not chosen:
+        return None  # nova: no emulator CPU without a pinned vCPU beside it
+    cores = cores_of(host)
     if guest.thread_policy == model.ISOLATE:
-        used = [core for core in cores_of(host) if chosen & core]
-        if any(len(chosen & core) > 1 or not core <= free for core in used):
+        if width(host) > 1 and host.cpuset != host.pcpuset:
+            return None  # bug 1889633: no isolate guest on an SMT cell
+        whole = [c for c in cores if len(c) == width(host) and c <= free]
+        used = [c for c in cores if c & chosen]
+        if not chosen or any(len(c & chosen) > 1 or c not in whole for c in used):
+            return None  # nova: a cell with no pinned vCPU has no isolate pinning
+        if any(c & reserved for c in used):
             return None
-        return frozenset().union(*used) if used else frozenset()
+        taken = frozenset().union(chosen, reserved, *used)
+        return taken | frozenset().union(*(c & free for c in cores if c & reserved))
     if guest.thread_policy == model.REQUIRE:
-        if not any(len(core) > 1 for core in cores_of(host)):
+        # k vCPUs on every core used but one (which holds 1 to k), k >= 2,
+        # each used core with k free threads or more; a core with k free
+        # threads even when there is no vCPU.
+        counts = [(len(c & chosen), len(c & free)) for c in cores if c & free]
+        used = [(n, f) for n, f in counts if n]
+        if not any(
+            any(f >= k for _, f in counts)
+            and all(f >= k for _, f in used)
+            and sum(1 for n, _ in used if n != k) <= 1
+            and all(n <= k for n, _ in used)
+            for k in range(2, 9)
+        ):
             return None
-        ones = per_core.count(1)
-        if ones > (1 if len(guest.pcpuset) % 2 else 0):
-            return None
-    return frozenset(chosen)
+    return chosen | reserved
 
 
-def cell_fits(host, guest, lim, reserve):
-    if not memory_ok(host, guest) or not shared_ok(host, guest, lim):
+def cell_fits(host, guest, lim, reserve, policy):
+    pinned = policy != "shared"
+    if not memory_ok(host, guest, pinned) or not shared_ok(host, guest, lim, policy):
         return False
+    if not pinned:
+        return True
     n = len(guest.pcpuset)
-    if n + reserve > len(host.pcpuset):
-        return False
     free = sorted(host.pcpuset - host.pinned)
     for chosen in itertools.combinations(free, n):
-        taken = policy_ok(host, guest, frozenset(chosen))
-        if taken is not None and len(set(free) - taken) >= reserve:
-            return True
+        rest = sorted(set(free) - set(chosen))
+        for reserved in itertools.combinations(rest, reserve):
+            if policy_ok(host, guest, frozenset(chosen), frozenset(reserved)) is not None:
+                return True
     return False
 
 
 def exists(hosts, guests, lim, emulator):
-    for chosen in itertools.permutations(hosts, len(guests)):
-        if all(
-            cell_fits(h, g, lim, 1 if emulator and i == 0 else 0)
-            for i, (h, g) in enumerate(zip(chosen, guests, strict=True))
-        ):
-            return True
-    return False
+    """Whether some assignment of guest cells to distinct host cells fits."""
+    policy = guest_policy(guests)
+    fits = {
+        (h, i): cell_fits(hosts[h], g, lim, 1 if emulator and i == 0 else 0, policy)
+        for h in range(len(hosts))
+        for i, g in enumerate(guests)
+    }
+    return any(
+        all(fits[h, i] for i, h in enumerate(chosen))
+        for chosen in itertools.permutations(range(len(hosts)), len(guests))
+    )
 
 
 def check_fit(hosts, guests, lim, emulator, found):
     by_id = {h.id: h for h in hosts}
+    policy = guest_policy(guests)
     assert len({f.host_cell for f in found}) == len(guests)
     for i, (guest, placed) in enumerate(zip(guests, found, strict=True)):
         host = by_id[placed.host_cell]
@@ -217,16 +255,14 @@ def check_fit(hosts, guests, lim, emulator, found):
         pcpus = [p for _, p in placed.pinning]
         assert vcpus == sorted(guest.pcpuset)
         assert len(set(pcpus)) == len(pcpus)  # never one CPU twice
-        free = host.pcpuset - host.pinned
-        assert set(pcpus) <= free and placed.reserved <= free
-        assert not placed.reserved & set(pcpus)
-        assert len(placed.reserved) == (1 if emulator and i == 0 else 0)
-        taken = policy_ok(host, guest, frozenset(pcpus))
-        assert taken is not None
-        assert placed.taken == taken | placed.reserved
-        assert shared_ok(host, guest, lim)
+        assert len(placed.reserved) == (1 if emulator and i == 0 and policy != "shared" else 0)
+        if policy != "shared":
+            taken = policy_ok(host, guest, frozenset(pcpus), placed.reserved)
+            assert taken is not None
+            assert placed.taken == taken
+        assert shared_ok(host, guest, lim, policy)
         if guest.pagesize is None:
-            assert placed.pagesize_kb is None and memory_ok(host, guest)
+            assert placed.pagesize_kb is None and memory_ok(host, guest, policy != "shared")
         else:
             assert placed.pagesize_kb in page_sizes_allowed(host, guest.pagesize)
             assert pages_ok(host, placed.pagesize_kb, guest.memory_mb, True)
@@ -271,8 +307,14 @@ def one_cell(draw):
         cpu += size
     cpus = frozenset().union(*cores)
     pinned = frozenset(draw(st.sets(st.sampled_from(sorted(cpus)), max_size=len(cpus) - 1)))
+    legacy = draw(st.booleans())  # one set for both, as before cpu_dedicated_set
     host = model.HostCell(
-        id=0, cpuset=frozenset(), pcpuset=cpus, memory_mb=4096, siblings=tuple(cores), pinned=pinned
+        id=0,
+        cpuset=cpus if legacy else frozenset(),
+        pcpuset=cpus,
+        memory_mb=4096,
+        siblings=tuple(cores),
+        pinned=pinned,
     )
     guest = model.GuestCell(
         id=0,
