@@ -21,13 +21,15 @@ class AgentRefused(Exception):
 
     :param code: the stable error code (``tracker.compute_resources_unavailable``...).
     :param message: the agent's message.
+    :param details: the envelope's ``details`` (docs/rpc-api.md, "Errors").
     """
 
-    def __init__(self, method, code, message):
+    def __init__(self, method, code, message, details=None):
         super().__init__(f"{method}: {code}: {message}")
         self.method = method
         self.code = code
         self.message = message
+        self.details = details or {}
 
 
 def unwrap(method, reply):
@@ -38,7 +40,9 @@ def unwrap(method, reply):
     if reply.get("ok"):
         return reply.get("result")
     error = reply.get("error") or {}
-    raise AgentRefused(method, error.get("code", "unknown"), error.get("message", ""))
+    raise AgentRefused(
+        method, error.get("code", "unknown"), error.get("message", ""), error.get("details")
+    )
 
 
 class LocalLink:

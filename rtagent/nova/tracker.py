@@ -449,7 +449,7 @@ class RtagentResourceTracker:
             except AgentRefused as exc:
                 if exc.code not in _REFUSED:
                     raise
-                raise _unavailable(exc) from exc
+                raise _unavailable(exc, with_pci=_asks_devices(instance.pci_requests)) from exc
             try:
                 self._record_claim(context, instance, cn, placed)
             except Exception:
@@ -747,7 +747,14 @@ class RtagentResourceTracker:
         except AgentRefused as exc:
             if exc.code not in _REFUSED:
                 raise
-            raise _unavailable(exc) from exc
+            raise _unavailable(exc, with_pci=_asks_devices(asked)) from exc
+        if migration.is_live_migration and _page_size_changed(instance, placed):
+            # nova's own live-migration check, after the fit: the guest's
+            # memory cannot change page size while it runs.
+            reconcile.step(self.link, "revert_move", cn, migration.uuid)
+            raise exception.ComputeResourcesUnavailable(
+                reason="Requested page size is different from current page size."
+            )
         new_numa = self._placed_topology(cn, new_flavor, move_image, placed)
         try:
             self._record_move(context, instance, cn, migration, placed, new_numa, new_requests)
@@ -1025,9 +1032,37 @@ def tracker_class(make_link):
     )
 
 
-def _unavailable(refusal):
-    """nova's exception for the agent's refusal of a claim (see _REFUSED)."""
-    return exception.ComputeResourcesUnavailable(reason=f"{refusal.code}: {refusal.message}")
+def _unavailable(refusal, with_pci=False):
+    """nova's exception for the agent's refusal of a claim (see _REFUSED).
+
+    A refusal of the guest's NUMA cells (a ``NUMA:`` line among the
+    reasons, docs/rpc-api.md) is said in nova's own claim's words first,
+    which operators and nova's tests know, then in the agent's."""
+    said = f"{refusal.code}: {refusal.message}"
+    reasons = refusal.details.get("reasons") or ()
+    if any(str(reason).startswith("NUMA:") for reason in reasons):
+        together = " together with requested PCI devices" if with_pci else ""
+        said = (
+            f"Requested instance NUMA topology{together} cannot fit the given host NUMA "
+            f"topology ({said})"
+        )
+    return exception.ComputeResourcesUnavailable(reason=said)
+
+
+def _asks_devices(pci_requests):
+    """Whether nova's ``InstancePCIRequests`` (or None) ask for a device."""
+    return bool(pci_requests is not None and pci_requests.requests)
+
+
+def _page_size_changed(instance, placed):
+    """Whether a live migration's destination cells (the agent's reply)
+    are backed by another page size than the guest's cells now (nova
+    compares the first cells: one page size serves every cell)."""
+    current = instance.numa_topology
+    cells = (placed or {}).get("numa")
+    if not current or not current.cells or not cells:
+        return False
+    return cells[0].get("pagesize_kb") != current.cells[0].pagesize
 
 
 def _warn_if_monitors_configured():

@@ -87,6 +87,23 @@ def test_the_node_offers_pcpu_from_its_dedicated_set(served):
     assert [(c.id, sorted(c.pcpuset)) for c in snap.numa_cells] == [(0, [2, 4]), (1, [])]
 
 
+def test_cells_that_fit_nowhere_are_refused_with_one_numa_reason(served):
+    agent, endpoint = served
+    before = state_of(agent)
+    # Two PCPU fit the node, but host cell 1 has no dedicated CPU.
+    refused = endpoint.instance_claim(
+        None,
+        instance_uuid=new_uuid(),
+        flavor=DEDICATED_2,
+        extra_specs={**PINNED, "hw:numa_nodes": "2"},
+    )
+    assert refused["error"]["code"] == "tracker.compute_resources_unavailable", refused
+    # As docs/rpc-api.md says: each reason starts with what did not fit.
+    (reason,) = refused["error"]["details"]["reasons"]
+    assert reason.startswith("NUMA: the guest's 2 cell(s), 2 pinned"), reason
+    assert state_of(agent) == before
+
+
 def test_a_dedicated_claim_takes_pcpu_and_answers_its_pinning(served):
     _, endpoint = served
     instance = new_uuid()
@@ -250,9 +267,36 @@ def test_a_same_node_resize_answers_the_new_cells(served):
     assert move["new_numa"] == result["numa"]
 
 
-def test_a_node_without_a_dedicated_set_refuses_a_pinned_guest(make_agent, make_conf):
+def test_without_a_dedicated_set_a_pinned_guest_pins_shared_cpus_as_vcpu(make_agent, make_conf):
+    # nova's upgrade fallback ([compute] cpu_pinning_fallback, on by default).
     agent = make_agent(
         numa_conf(make_conf, compute__cpu_dedicated_set=None, compute__cpu_shared_set=None)
+    )
+    agent.audit()
+    endpoint = AgentEndpoint(agent, "numa-host", "127.0.0.1")
+    assert "PCPU" not in agent.tracker.snapshot().inventories
+    instance = new_uuid()
+    result = ok(
+        endpoint.instance_claim(
+            None, instance_uuid=instance, flavor=DEDICATED_2, extra_specs=PINNED
+        )
+    )
+    pinned = [cpu for cell in result["numa"] for cpu in cell["pinning"].values()]
+    assert len(set(pinned)) == 2 and set(pinned) <= {0, 2, 4}  # the online CPUs
+    record = ok(endpoint.get_instance(None, instance_uuid=instance))
+    assert record["claim"]["resources"] == {"VCPU": 2, "MEMORY_MB": 512}
+
+
+def test_without_the_fallback_a_node_with_no_dedicated_set_refuses_a_pinned_guest(
+    make_agent, make_conf
+):
+    agent = make_agent(
+        numa_conf(
+            make_conf,
+            compute__cpu_dedicated_set=None,
+            compute__cpu_shared_set=None,
+            compute__cpu_pinning_fallback=False,
+        )
     )
     agent.audit()
     endpoint = AgentEndpoint(agent, "numa-host", "127.0.0.1")
