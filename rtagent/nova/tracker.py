@@ -529,17 +529,21 @@ class RtagentResourceTracker:
             rows.free(context, instance)
             rows.save(context)
 
-    def _claim(self, context, instance, cn, limits, flavor=None, running=()):
+    def _claim(self, context, instance, cn, limits, flavor=None, running=(), devices=None):
         """The agent's claim of ``instance`` on ``cn`` (with ``flavor``,
         default the instance's): its reply.
 
         :param running: the host CPUs the guest already runs pinned on (an
             instance adopted by the periodic), which its claim keeps.
+        :param devices: {request id: addresses} of the PCI devices it
+            already runs with (the same), which its claim keeps.
         """
         flavor = flavor or instance.flavor
         numa_request = self._numa_request(cn, flavor, instance.image_meta)
         if numa_request and running:
             numa_request["running_cpus"] = sorted(running)
+        if devices:
+            numa_request["running_devices"] = devices
         return self.link.call(
             "instance_claim",
             node_uuid=cn.uuid,
@@ -556,8 +560,17 @@ class RtagentResourceTracker:
         """The periodic's claim of an instance nova has on ``cn`` and the
         agent does not hold (a first start beside nova's records): with
         ``flavor`` and the host CPUs ``topology`` pins it to, which it
-        keeps (docs/numa.md, "Claimed where it runs")."""
-        self._claim(context, instance, cn, None, flavor, numa.pinned_cpus(topology))
+        keeps (docs/numa.md, "Claimed where it runs"), and the PCI devices
+        nova's rows give it, which it keeps too."""
+        self._claim(
+            context,
+            instance,
+            cn,
+            None,
+            flavor,
+            numa.pinned_cpus(topology),
+            devices=_devices_held(instance),
+        )
 
     def _depart(self, context, instance, cn, migration):
         """The periodic's record of a move out of ``cn`` (docs/nova.md,
@@ -1047,6 +1060,20 @@ def _unavailable(refusal, with_pci=False):
             f"topology ({said})"
         )
     return exception.ComputeResourcesUnavailable(reason=said)
+
+
+def _devices_held(instance):
+    """{request id: addresses} of the PCI devices nova's rows give
+    ``instance`` for its requests (one query, only for an instance with
+    PCI requests), or None."""
+    if not _asks_devices(instance.pci_requests):
+        return None
+    asked = {r.request_id for r in instance.pci_requests.requests}
+    held = {}
+    for dev in instance.pci_devices or ():
+        if dev.request_id in asked:
+            held.setdefault(dev.request_id, []).append(dev.address)
+    return {rid: sorted(addresses) for rid, addresses in held.items()} or None
 
 
 def _asks_devices(pci_requests):

@@ -80,7 +80,7 @@ class HeldDevice:
         return cls(**data)
 
 
-def choose(table, requests, instance_cells=None, cell_sockets=None, node_uuid=None):
+def choose(table, requests, instance_cells=None, cell_sockets=None, node_uuid=None, *, held=None):
     """The devices of ``table`` that meet ``requests`` (see
     :func:`rtagent.pci.pools.select`), as holds in request order, then
     address order.
@@ -89,11 +89,13 @@ def choose(table, requests, instance_cells=None, cell_sockets=None, node_uuid=No
         None for a guest without NUMA topology (no NUMA filtering).
     :param cell_sockets: host cell id -> socket id (the socket policy).
     :param node_uuid: the node's UUID, for a spec's ``rp_uuids``.
+    :param held: {request id: addresses} the guest already runs with,
+        which those requests take (see :func:`rtagent.pci.pools.select`).
     :raises errors.DevicesUnavailable: a request cannot be met.
     """
     if not requests:
         return ()
-    chosen = pools.select(table, requests, instance_cells, cell_sockets, node_uuid)
+    chosen = pools.select(table, requests, instance_cells, cell_sockets, node_uuid, held=held)
     return tuple(
         HeldDevice.of(table.get(address), request.request_id)
         for request in requests

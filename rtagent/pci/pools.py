@@ -187,7 +187,7 @@ def provider_uuid(node_uuid, address):
     return str(uuidlib.uuid5(uuidlib.UUID(node_uuid), f"pci:{address}"))
 
 
-def select(table, requests, instance_cells=None, cell_sockets=None, node_uuid=None):
+def select(table, requests, instance_cells=None, cell_sockets=None, node_uuid=None, *, held=None):
     """Choose free devices for every request of one instance, in order.
 
     :param requests: :class:`PciRequest` values, distinct ids.
@@ -197,6 +197,10 @@ def select(table, requests, instance_cells=None, cell_sockets=None, node_uuid=No
     :param node_uuid: the node's UUID: a spec's ``rp_uuids`` (the device
         providers Placement allocated) then admits only the devices of those
         providers (:func:`provider_uuid`).
+    :param held: {request_id: addresses} the guest already holds (an
+        instance claimed while it runs with its devices): those requests
+        take exactly these devices, whatever the NUMA policy (the guest
+        runs with them), or nothing is chosen.
     :returns: {request_id: sorted tuple of addresses}. No device twice,
         never a PF together with one of its VFs.
     :raises errors.InvalidRequest: two requests share an id.
@@ -210,30 +214,61 @@ def select(table, requests, instance_cells=None, cell_sockets=None, node_uuid=No
     free = {d.address: d for d in devices.available(table)}
     taken = _taken_along(table)
     chosen = {}
+    held = held or {}
     for request in requests:
-        matching = [d for d in free.values() if _matches(request, d, node_uuid)]
-        wanted = [d for d in matching if _offered(request, d)]
-        tiers = _tiers(request.numa_policy, wanted, cells, cell_sockets or {})
-        split = request.provider_counts if node_uuid else None
-        picked, tried = None, -1
-        for tier in tiers:
-            if len(tier) > tried:  # tiers only grow: an equal one fails again
-                tried = len(tier)
-                if split:
-                    picked = _pick_split(taken, free, tier, split, cells, node_uuid=node_uuid)
-                else:
-                    picked = _pick(taken, free, tier, request.count, cells)
-            if picked is not None:
-                break
-        if picked is None:
-            raise errors.DevicesUnavailable(
-                reason=_shortfall(request, matching, wanted, tiers[-1], cells)
+        if request.request_id in held:
+            picked = _held(request, held[request.request_id], free, node_uuid)
+        else:
+            picked = _pick_for(
+                request, free, taken, cells, cell_sockets=cell_sockets or {}, node_uuid=node_uuid
             )
         for dev in picked:
             for address in taken[dev.address]:
                 free.pop(address, None)
         chosen[request.request_id] = tuple(sorted(d.address for d in picked))
     return chosen
+
+
+def _pick_for(request, free, taken, cells, *, cell_sockets, node_uuid):
+    """The devices of ``free`` for ``request``, in the strictest NUMA tier
+    that has them. :raises errors.DevicesUnavailable: no tier has."""
+    matching = [d for d in free.values() if _matches(request, d, node_uuid)]
+    wanted = [d for d in matching if _offered(request, d)]
+    tiers = _tiers(request.numa_policy, wanted, cells, cell_sockets)
+    split = request.provider_counts if node_uuid else None
+    picked, tried = None, -1
+    for tier in tiers:
+        if len(tier) > tried:  # tiers only grow: an equal one fails again
+            tried = len(tier)
+            if split:
+                picked = _pick_split(taken, free, tier, split, cells, node_uuid=node_uuid)
+            else:
+                picked = _pick(taken, free, tier, request.count, cells)
+        if picked is not None:
+            return picked
+    raise errors.DevicesUnavailable(reason=_shortfall(request, matching, wanted, tiers[-1], cells))
+
+
+def _held(request, addresses, free, node_uuid):
+    """The devices at ``addresses`` for ``request``: free, matching it, as
+    many as it asks. :raises errors.DevicesUnavailable: they are not."""
+    devs = [free.get(str(a).lower()) for a in addresses]
+    unfit = [
+        a
+        for a, d in zip(addresses, devs, strict=True)
+        if d is None or not _matches(request, d, node_uuid)
+    ]
+    if unfit or len(devs) != request.count:
+        raise errors.DevicesUnavailable(
+            reason=f"request {request.request_id} ({request.describe()}) needs "
+            f"{request.count}: the guest runs with {', '.join(addresses) or 'none'}, "
+            + (
+                f"and {', '.join(unfit)} is not a free device matching it"
+                if unfit
+                else f"{len(devs)} device(s)"
+            )
+        )
+    return devs
 
 
 def _view(dev):

@@ -260,6 +260,7 @@ class AgentEndpoint:
             "image_properties": a.get("image_properties"),
             "pci_requests": a.get("pci_requests"),
             "running_cpus": a.get("running_cpus"),
+            "running_devices": a.get("running_devices"),
         }
         if "user_id" in a:
             # Standalone mode: claim, then write the allocation ourselves;

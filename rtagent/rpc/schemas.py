@@ -177,6 +177,15 @@ RUNNING_CPUS = {
     "items": {"type": "integer", "minimum": 0, "maximum": cpuspec.MAX_CPU_ID},
 }
 
+# 1.7: the devices a guest already runs with (an instance claimed after
+# the fact), by the request id they serve.
+RUNNING_DEVICES = {
+    "type": ["object", "null"],
+    "maxProperties": pci_requests.MAX_REQUESTS,
+    "propertyNames": {"pattern": pci_requests.REQUEST_ID_PATTERN},
+    "additionalProperties": PCI_ADDRESSES,
+}
+
 # nova.compute.vm_states
 VM_STATES = (
     "active",
@@ -233,6 +242,8 @@ METHODS = {
             "pci_requests": PCI_REQUESTS,
             # 1.5: the CPUs a running pinned guest keeps.
             "running_cpus": RUNNING_CPUS,
+            # 1.7: the PCI devices it keeps.
+            "running_devices": RUNNING_DEVICES,
         },
         required=("instance_uuid", "flavor"),
     ),

@@ -19,6 +19,7 @@ def claim_instance(
     guest=None,
     pci_requests=(),
     running_cpus=None,
+    running_devices=None,
 ):
     """``state`` with ``instance`` claimed on the node.
 
@@ -31,6 +32,9 @@ def claim_instance(
     :param running_cpus: the host CPUs the guest already runs pinned on
         (a frozenset), or None for those its domain's ``<cputune>`` names:
         its pinned vCPUs may keep only the dedicated ones of these.
+    :param running_devices: {request id: addresses} of the devices the
+        guest already runs with (an instance claimed after the fact): those
+        requests take exactly these, or the claim is refused.
 
     A repeated claim returns ``state`` unchanged (callers may retry) when
     the instance holds the same resources and cells and, for each PCI
@@ -87,10 +91,10 @@ def claim_instance(
         instance_uuid=instance.uuid,
         own_domain=True,
         running=running_cpus,
-        accept=layout_filter(state, pci_requests),
+        accept=layout_filter(state, pci_requests, running_devices),
         cell_rank=cell_rank(state, pci_requests),
     )
-    pci = ensure_pci_fits(state, pci_requests, numa)
+    pci = ensure_pci_fits(state, pci_requests, numa, running_devices)
     return state.with_instance(
         instance.replace(assigned=frozen_map(chosen), numa=numa, pci_devices=pci)
     )

@@ -51,7 +51,7 @@ def any_held(moves):
     return any(m.old_pci or m.new_pci for m in moves)
 
 
-def ensure_fits(state, requests, numa=None):
+def ensure_fits(state, requests, numa=None, held=None):
     """Choose the node's free PCI devices for ``requests``
     (:class:`~rtagent.pci.pools.PciRequest` values), given every device
     the node's claims and domains hold. For a guest with a NUMA claim
@@ -59,6 +59,8 @@ def ensure_fits(state, requests, numa=None):
     cells its cells were placed on; for one without, no device is
     filtered by NUMA node.
 
+    :param held: {request id: addresses} a guest already runs with (an
+        instance claimed after the fact): those requests take them.
     :returns: the :class:`~rtagent.pci.claim.HeldDevice` values chosen, in
         request order; ``()`` for no request.
     :raises rtagent.pci.errors.DevicesUnavailable: a request cannot be met.
@@ -66,12 +68,12 @@ def ensure_fits(state, requests, numa=None):
     if not requests:
         return ()
     cells = sorted({f.host_cell for f in numa.fits}) if numa is not None else None
-    return _choose(state, requests, cells)
+    return _choose(state, requests, cells, held)
 
 
-def _choose(state, requests, cells):
+def _choose(state, requests, cells, held=None):
     sockets = {c.id: c.socket for c in state.host.numa_cells if c.socket is not None}
-    return pci_claim.choose(state.pci_devices, requests, cells, sockets, state.node_uuid)
+    return pci_claim.choose(state.pci_devices, requests, cells, sockets, state.node_uuid, held=held)
 
 
 def cell_rank(state, requests):
@@ -89,7 +91,7 @@ def cell_rank(state, requests):
     return lambda cell: sign * free.get(cell, 0)
 
 
-def layout_filter(state, requests):
+def layout_filter(state, requests, held=None):
     """callable(fits) -> whether ``requests`` can be had with the guest on
     the host cells of ``fits`` (NUMA ``CellFit`` values), for the NUMA
     fitter to choose cells the devices allow, as nova's does; None when
@@ -99,7 +101,7 @@ def layout_filter(state, requests):
 
     def accept(fits):
         try:
-            _choose(state, requests, sorted({f.host_cell for f in fits}))
+            _choose(state, requests, sorted({f.host_cell for f in fits}), held)
         except pci_errors.DevicesUnavailable:
             return False
         return True

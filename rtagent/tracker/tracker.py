@@ -339,6 +339,7 @@ class Tracker:
         image_properties=None,
         pci_requests=None,
         running_cpus=None,
+        running_devices=None,
     ):
         """Claim ``flavor``'s resources for an instance; durable on return.
 
@@ -369,6 +370,10 @@ class Tracker:
             fact): its pinned vCPUs keep exactly the dedicated ones, or the
             claim is refused. None: the CPUs its domain on the host is
             pinned to, if any (see :mod:`rtagent.numa.domains`).
+        :param running_devices: {request id: [PCI address]} of the devices
+            the guest already runs with (an instance claimed after the
+            fact): each named request takes exactly those, or the claim is
+            refused (``DevicesUnavailable``).
         :raises InvalidClaimRequest: malformed UUID, flavor or limits.
         :raises InvalidConstraint: an extra spec or image property is
             invalid or conflicts with another.
@@ -390,6 +395,7 @@ class Tracker:
         pci = self._pci_requests(pci_requests, instance.uuid)
         token = next(self._tokens) if pending else None
         running = frozenset(running_cpus) if running_cpus is not None else None
+        held = _running_devices(running_devices, pci)
 
         def claim(state):
             ctx = fit_context(state, self._count_untracked)
@@ -402,6 +408,7 @@ class Tracker:
                 guest=guest,
                 pci_requests=pci,
                 running_cpus=running,
+                running_devices=held,
             )
             if new is not state and token is not None:
                 new = new.with_pending(instance.uuid, token)
@@ -760,3 +767,20 @@ class Tracker:
             metrics=self._host_metrics,
             pci_in_placement=pci.report_in_placement if pci is not None else False,
         )
+
+
+def _running_devices(running_devices, requests):
+    """``running_devices`` as {request id: tuple of lower-case addresses},
+    or None. :raises rtagent.pci.errors.InvalidRequest: it names a request
+    id the claim does not ask for."""
+    if not running_devices:
+        return None
+    asked = {r.request_id for r in requests or ()}
+    unknown = sorted(set(running_devices) - asked)
+    if unknown:
+        raise pcierrors.InvalidRequest(
+            reason=f"running_devices names request id(s) the claim does not ask for: "
+            f"{', '.join(unknown)}",
+            field="running_devices",
+        )
+    return {rid: tuple(str(a).lower() for a in addrs) for rid, addrs in running_devices.items()}

@@ -360,6 +360,57 @@ def test_devices_attached_to_and_detached_from_a_running_instance(served, broker
     assert held(served) == {}
 
 
+def test_a_guest_claimed_while_it_runs_with_its_devices_keeps_them(served, broker):
+    """docs/rpc-api.md, "PCI devices": ``running_devices`` (1.7) names the
+    devices a guest already runs with; its requests take exactly those, and
+    a claim they cannot give is refused with what the guest runs with,
+    changing nothing."""
+    tracker = served.agent.tracker
+    inst, other = new_uuid(), new_uuid()
+    vf_request = {"alias": "nic", "count": 1, "request_id": "vf-1"}
+    # Left alone, the agent would choose VFS[3] (the PF's highest VF).
+    (claimed,) = conduct(
+        broker, claim(inst, vf_request, running_devices={"vf-1": [VFS[1]]}), version="1.7"
+    )
+    assert result(claimed)["pci_devices"] == [vf(1, "vf-1")]
+    assert held(served) == {VFS[1]: inst}
+    before = tracker.snapshot()
+
+    refused = conduct(
+        broker,
+        # another claim holds it
+        claim(other, vf_request, running_devices={"vf-1": [VFS[1]]}),
+        # more devices than the request's count
+        claim(other, vf_request, running_devices={"vf-1": [VFS[0], VFS[2]]}),
+        # a device the request does not match (the GPU)
+        claim(other, vf_request, running_devices={"vf-1": [GPU]}),
+        # a request id the claim does not ask for
+        claim(other, vf_request, running_devices={"port-9": [VFS[0]]}),
+        # not an address
+        claim(other, vf_request, running_devices={"vf-1": ["3b:02.0"]}),
+        version="1.7",
+    )
+    codes = [r["error"]["code"] for r in refused]
+    assert codes == [
+        "pci.devices_unavailable",
+        "pci.devices_unavailable",
+        "pci.devices_unavailable",
+        "pci.invalid_request",
+        "rpc.invalid_request",
+    ], refused
+    assert (
+        f"the guest runs with {VFS[1]}, and {VFS[1]} is not a free device matching it"
+        in (refused[0]["error"]["details"]["reason"])
+    )
+    assert "2 device(s)" in refused[1]["error"]["details"]["reason"]
+    assert refused[3]["error"]["details"]["field"] == "running_devices"
+    assert refused[4]["error"]["details"]["path"] == "running_devices.vf-1.0"
+    assert tracker.snapshot().instances == before.instances
+    assert held(served) == {VFS[1]: inst}
+    tracker.abort_instance_claim(inst)
+    assert held(served) == {}
+
+
 def test_a_claim_retried_after_an_attach_is_answered_as_a_retry(served, broker):
     """issue 34, docs/rpc-api.md ``instance_claim``: the same claim sent
     again after an attach (with or without PCI requests of its own) answers
