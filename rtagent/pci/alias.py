@@ -27,9 +27,8 @@ import types
 from rtagent.excerpt import excerpt
 from rtagent.pci import jsonvalue, model, spec
 from rtagent.pci.errors import InvalidAlias
+from rtagent.pci.model import LEGACY, NUMA_POLICIES
 
-REQUIRED, LEGACY, PREFERRED, SOCKET = "required", "legacy", "preferred", "socket"
-NUMA_POLICIES = (REQUIRED, LEGACY, PREFERRED, SOCKET)
 KEYS = (
     "name",
     "vendor_id",

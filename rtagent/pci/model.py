@@ -16,6 +16,11 @@ CHILD_TYPES = (TYPE_VF, TYPE_VDPA)
 # The types an alias's device_type may name.
 ALIAS_DEVICE_TYPES = (TYPE_PCI, TYPE_PF, TYPE_VF)
 
+# How far from the guest's NUMA cells a device may be: nova's
+# PCINUMAAffinityPolicy, as an alias's numa_policy or a request's names it.
+REQUIRED, LEGACY, PREFERRED, SOCKET = "required", "legacy", "preferred", "socket"
+NUMA_POLICIES = (REQUIRED, LEGACY, PREFERRED, SOCKET)
+
 
 @dataclasses.dataclass(frozen=True)
 class HostDevice:

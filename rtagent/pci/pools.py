@@ -49,13 +49,9 @@ import types
 import uuid as uuidlib
 
 from rtagent.pci import devices, errors, model
+from rtagent.pci.model import LEGACY, NUMA_POLICIES, PREFERRED, REQUIRED, SOCKET
 
-# nova.objects.fields.PCINUMAAffinityPolicy.
-REQUIRED = "required"
-LEGACY = "legacy"
-PREFERRED = "preferred"
-SOCKET = "socket"
-NUMA_POLICIES = (REQUIRED, LEGACY, PREFERRED, SOCKET)
+__all__ = ["LEGACY", "NUMA_POLICIES", "PREFERRED", "REQUIRED", "SOCKET"]
 
 # Matched by Placement, not here (nova's ignored_spec_tags/ignored_pool_tags).
 _PLACEMENT_KEYS = frozenset({"resource_class", "traits", "rp_uuid", "rp_uuids"})

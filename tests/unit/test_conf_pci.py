@@ -10,6 +10,7 @@ from rtagent import conf as rtconf
 from rtagent.cmd import agent as cli
 from rtagent.conf import opts, pci, validation
 from rtagent.pci import alias, errors, spec
+from rtagent.pci import model as pci_model
 
 BASE = """[placement]
 auth_type = admin_token
@@ -77,7 +78,7 @@ def test_a_valid_section_parses(tmp_path):
     assert sorted(parsed.aliases) == ["nic", "qat"]
     assert [a.product_id for a in parsed.aliases["nic"]] == ["154c", "101e"]
     assert parsed.aliases["qat"] == (
-        alias.Alias("qat", 0, "8086", "0443", "type-PCI", alias.REQUIRED),
+        alias.Alias("qat", 0, "8086", "0443", "type-PCI", pci_model.REQUIRED),
     )
 
 
