@@ -129,6 +129,9 @@ class PlacementServer:
         self.pid: int | None = None
         self.timings: dict[str, float] = {}
         self._proc: subprocess.Popen | None = None
+        # How the last stop() ended the process: "SIGTERM", "SIGKILL" or
+        # "exited" (it had already); None before one.
+        self.stopped_by = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -177,9 +180,13 @@ class PlacementServer:
                 proc.send_signal(signal.SIGCONT)
                 try:
                     proc.wait(timeout)
+                    self.stopped_by = "SIGTERM"
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+                    self.stopped_by = "SIGKILL"
+            else:
+                self.stopped_by = "exited"
             self.timings["stop"] = time.monotonic() - t0
         if self._own_workdir and os.path.isdir(self.workdir):
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -173,11 +173,11 @@ def test_run_stops_on_sigterm_with_exit_0(tmp_path, placement_process):
                 if adapter.get(f"/resource_providers/{node}").status_code == 200:
                     break
             time.sleep(0.2)
-        started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=10)
+        # A graceful exit, with status 0; the timeout only catches a hang
+        # (about a second idle, 5.6 s seen on a loaded machine).
+        _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
-        assert time.monotonic() - started < 5
     finally:
         if proc.poll() is None:
             proc.kill()

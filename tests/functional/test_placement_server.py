@@ -23,7 +23,11 @@ import uuid
 
 import pytest
 
-from rtagent.testing.placement_server import PlacementServer, PlacementServerError
+from rtagent.testing.placement_server import (
+    START_TIMEOUT_S,
+    PlacementServer,
+    PlacementServerError,
+)
 
 pytestmark = [pytest.mark.functional, pytest.mark.timeout(120)]
 
@@ -98,7 +102,7 @@ def test_stop_ends_process_frees_port_and_removes_own_workdir():
         os.kill(pid, 0)
     assert _refuses(port)
     assert not os.path.exists(workdir)
-    assert server.timings["stop"] < 10
+    assert server.stopped_by == "SIGTERM"  # not killed after the stop timeout
     server.stop()  # idempotent
 
 
@@ -110,7 +114,7 @@ def test_stop_while_paused_is_prompt(tmp_path):
     server.stop()
 
     # SIGTERM stays pending in a stopped process; stop() must continue it, not wait for SIGKILL.
-    assert server.timings["stop"] < 5
+    assert server.stopped_by == "SIGTERM"
     assert (tmp_path / "placement.log").exists()  # a given workdir is kept
 
 
@@ -141,7 +145,9 @@ def test_launcher_failure_raises_quickly_with_log_tail(tmp_path):
     with pytest.raises(PlacementServerError, match="exited with status 1") as err:
         server.start()
 
-    assert time.monotonic() - t0 < 20
+    # The exit is noticed, not the start timeout's end; the bound only
+    # catches a hang (a few seconds idle, 30 s seen on a loaded machine).
+    assert time.monotonic() - t0 < 10 * START_TIMEOUT_S
     assert "but found 'bogus'" in str(err.value)  # from the log tail
     assert str(tmp_path / "placement.log") in str(err.value)
     assert _exited(server.pid)
