@@ -52,8 +52,8 @@ ALL_OPTS = [
         "the entry, counted from 0, and the key at fault. The devices that match are "
         "tracked on every audit, offered in the compute-node view's "
         "pci_device_pools (rtagent status lists them) and claimed by the PCI requests of "
-        "instance claims and moves (RPC pci_requests); rtagent does not report them to "
-        "Placement yet.",
+        "instance claims and moves (RPC pci_requests), and reported to Placement as "
+        "child providers of the node with report_in_placement. See docs/pci.md.",
     ),
     cfg.MultiStrOpt(
         "alias",
@@ -76,7 +76,7 @@ ALL_OPTS = [
         '"device_type": "type-PCI", "numa_policy": "required"}. A value that does '
         "not parse stops the start (and check-config) with one line naming the "
         "entry and the key at fault. Claims and moves name aliases in their PCI requests "
-        "(RPC pci_requests).",
+        "(RPC pci_requests). See docs/pci.md.",
     ),
     cfg.BoolOpt(
         "report_in_placement",
@@ -91,7 +91,7 @@ ALL_OPTS = [
         "aliases are read: when true, as nova reads them with [filter_scheduler] "
         "pci_in_placement on (a scheduler option, not rtagent's); when false, as "
         "with it off, and, when true, an alias's resource_class and traits are matched "
-        "against the devices a claim takes.",
+        "against the devices a claim takes. See docs/pci.md.",
     ),
 ]
 

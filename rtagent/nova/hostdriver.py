@@ -409,9 +409,10 @@ def view_of(nodename, res, traits=frozenset(), providers=(), cpu_sets=(None, Non
 def pci_devices(devices_json):
     """The :class:`~rtagent.pci.model.HostDevice` values of a reading's
     ``pci_passthrough_devices`` (nova's JSON list of device dicts), sorted
-    by address. Types the agent does not track (vDPA devices, mediated
-    devices) and entries without an address or ids are left out: the
-    agent's ``[pci] device_spec`` decides which of the rest may be given.
+    by address. Types the agent does not track (mediated devices) and
+    entries without an address or ids are left out; vDPA devices are kept
+    (nova's ``vdpa`` type). The agent's ``[pci] device_spec`` decides which
+    of the rest may be given.
     """
     if not devices_json:
         return ()
