@@ -195,26 +195,8 @@ def driver_bodies(allocations):
     """``POST /reshaper`` allocation bodies of the allocations a virt driver
     returned from a reshape (nova's ``update_provider_tree`` with
     ``allocations``): each consumer's as the driver left it, with the
-    generation, project, user and type read before it was handed over.
-
-    :param allocations: {consumer: {"allocations": {provider: {"resources":
-        {...}}}, "consumer_generation", "project_id", "user_id",
-        "consumer_type"}}.
-    """
-    return {
-        consumer: {
-            "allocations": {
-                rp: {"resources": dict(a["resources"])}
-                for rp, a in body["allocations"].items()
-                if a.get("resources")
-            },
-            "project_id": body["project_id"],
-            "user_id": body["user_id"],
-            "consumer_generation": body["consumer_generation"],
-            "consumer_type": consumer_type(body),
-        }
-        for consumer, body in sorted(allocations.items())
-    }
+    generation, project, user and type read before it was handed over."""
+    return {consumer: _body(body) for consumer, body in sorted(allocations.items())}
 
 
 def _body(current):
@@ -224,6 +206,9 @@ def _body(current):
         "allocations": {
             rp: {"resources": dict(a["resources"])}
             for rp, a in (current.get("allocations") or {}).items()
+            # A driver may leave a provider with nothing (Placement never
+            # answers one): nothing to write there.
+            if a.get("resources")
         },
         "project_id": current["project_id"],
         "user_id": current["user_id"],

@@ -12,3 +12,19 @@ class KeepsTestMethod:
         super()._clear_attrs()
         if method is not None:
             setattr(self, name, method)
+
+
+def take_over(test, hostname):
+    """rtagent takes over ``hostname``'s accounting in a test of nova's
+    libvirt harness, as docs/nova.md's adoption steps do: the compute
+    service restarts on rtagent's tracker (in process) and runs its first
+    periodic. :returns: the installed ``RtagentTrackerFixture``."""
+    from rtagent.nova.testing import RtagentTrackerFixture, placement_started
+
+    fixture = RtagentTrackerFixture("inprocess")
+    fixture.setUp()
+    test.addCleanup(fixture.cleanUp)
+    placement_started(test.placement_fixture.endpoint)
+    test.restart_compute_service(hostname)
+    test._run_periodics(raise_on_error=True)
+    return fixture

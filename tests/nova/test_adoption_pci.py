@@ -17,8 +17,7 @@ from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import test_pci_sriov_servers
 from oslo_serialization import jsonutils
 
-from rtagent.nova.testing import RtagentTrackerFixture, placement_started
-from tests.nova.harness import KeepsTestMethod
+from tests.nova.harness import KeepsTestMethod, take_over
 
 ALIAS = "a1"
 DEVICE = {"vendor_id": fakelibvirt.PCI_VEND_ID, "product_id": fakelibvirt.PCI_PROD_ID}
@@ -45,12 +44,7 @@ class PciAdoption(KeepsTestMethod, test_pci_sriov_servers._PCIServersTestBase):
         self._delete_server(first)
 
         # rtagent takes over: the compute service restarts on it.
-        fixture = RtagentTrackerFixture("inprocess")
-        fixture.setUp()
-        self.addCleanup(fixture.cleanUp)
-        placement_started(self.placement_fixture.endpoint)
-        self.restart_compute_service("compute1")
-        self._run_periodics(raise_on_error=True)
+        fixture = take_over(self, "compute1")
 
         node = self.compute_rp_uuids["compute1"]
         record = fixture.link("compute1").call(

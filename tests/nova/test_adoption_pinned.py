@@ -16,8 +16,7 @@ from nova import objects
 from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import base
 
-from rtagent.nova.testing import RtagentTrackerFixture, placement_started
-from tests.nova.harness import KeepsTestMethod
+from tests.nova.harness import KeepsTestMethod, take_over
 
 
 class PinnedAdoption(KeepsTestMethod, base.ServersTestBase):
@@ -38,12 +37,7 @@ class PinnedAdoption(KeepsTestMethod, base.ServersTestBase):
         self.assertTrue(running <= {4, 5, 6, 7}, running)  # cell 1
 
         # rtagent takes over: the compute service restarts on it.
-        fixture = RtagentTrackerFixture("inprocess")
-        fixture.setUp()
-        self.addCleanup(fixture.cleanUp)
-        placement_started(self.placement_fixture.endpoint)
-        self.restart_compute_service("compute1")
-        self._run_periodics(raise_on_error=True)
+        fixture = take_over(self, "compute1")
 
         node = self.compute_rp_uuids["compute1"]
         record = fixture.link("compute1").call(
