@@ -36,7 +36,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common.verdict import run as run_benchmark
-from rtagent.numa import claim as numa_claim
+from rtagent.numa import usage as numa_usage
 from rtagent.tracker import claims, requests
 from rtagent.tracker.ledger import ResourcePolicy
 from rtagent.tracker.model import Flavor
@@ -113,7 +113,7 @@ def claim_cpu_us(states):
 
 def recount(self):
     """The O(N) way: sum every claim held, for each NUMA claim."""
-    return numa_claim.with_usage(self.numa_cells, [c for _, c in self.numa_held()])
+    return numa_usage.with_usage(self.numa_cells, [c for _, c in self.numa_held()])
 
 
 def main():

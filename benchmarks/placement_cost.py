@@ -103,13 +103,13 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common.verdict import run as run_benchmark
-from rtagent import builder
 from rtagent import conf as rtconf
 from rtagent.placement import prompt
 from rtagent.placement.client import PlacementClient, RequestObserver
 from rtagent.placement.passes import unknown as unknown_pass
 from rtagent.placement.standalone import claim_standalone
 from rtagent.rpc.endpoint import AgentEndpoint
+from rtagent.service import builder
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.tracker.model import Flavor
 

@@ -74,9 +74,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import libvirt
 
 from benchmarks.common.verdict import run as run_benchmark
-from rtagent import builder
 from rtagent import conf as rtconf
 from rtagent.placement.client import MICROVERSION, RequestObserver
+from rtagent.service import builder
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.tracker.model import Flavor
 from rtagent.virt.libvirt import driver as libvirt_driver

@@ -29,8 +29,7 @@ import time
 
 from rtagent import exception
 from rtagent.placement import errors as placement_errors
-from rtagent.placement import pci as pci_providers
-from rtagent.placement import standalone
+from rtagent.placement import pci_providers, standalone
 from rtagent.placement.desired import desired_tree
 from rtagent.placement.tree import ProviderTree
 from rtagent.tracker import errors as tracker_errors
@@ -69,7 +68,7 @@ class Agent:
     :param client: the PlacementClient, for standalone claims.
     :param provider_configs: a ProviderConfigSource, or None.
     :param pci_in_placement: ``[pci] report_in_placement``: the node's PCI
-        devices are child providers (see :mod:`rtagent.placement.pci`).
+        devices are child providers (see :mod:`rtagent.placement.pci_providers`).
     """
 
     def __init__(

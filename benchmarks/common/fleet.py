@@ -1,9 +1,9 @@
 """K real agents in one process, for benchmarks/fleet.py.
 
-Each agent is what ``rtagent run`` builds (:func:`rtagent.builder.build_agent`)
+Each agent is what ``rtagent run`` builds (:func:`rtagent.service.builder.build_agent`)
 with its own state directory, its own libvirt test-driver host (a host XML
 whose running domains are its claimed instances) and its own Placement
-session, run by its own :class:`~rtagent.periodic.PeriodicLoop` thread with
+session, run by its own :class:`~rtagent.service.periodic.PeriodicLoop` thread with
 the daemon's start-up delay, audit interval and jitter (scaled by the
 caller). The test driver reports the machine's hostname for every host, so
 each connection is put behind :class:`NamedHost`, which answers the host's
@@ -23,12 +23,12 @@ import uuid
 import libvirt
 
 from benchmarks.placement_cost import FLAVOR, host_xml, schedule
-from rtagent import builder
 from rtagent import conf as rtconf
-from rtagent.periodic import PeriodicLoop, Trigger
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.client import RequestObserver
 from rtagent.rpc import notifier, transport
+from rtagent.service import builder
+from rtagent.service.periodic import PeriodicLoop, Trigger
 from rtagent.testing import rabbitmq
 from rtagent.testing.placement_server import admin_adapter
 

@@ -44,11 +44,11 @@ import traceback
 
 from oslo_concurrency import lockutils
 
-from rtagent import builder
 from rtagent import conf as rtconf
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.errors import AllocationRefused, PlacementError
 from rtagent.placement.passes import heal
+from rtagent.service import builder
 from rtagent.testing.placement_server import admin_adapter
 from rtagent.tracker.errors import ComputeResourcesUnavailable
 from rtagent.tracker.model import Flavor

@@ -139,7 +139,7 @@ def _check_pci_layout(specs, devices):
     :raises rtagent.pci.errors.PlacementLayoutInvalid: as the audit would."""
     from rtagent.pci import devices as pci_devices
     from rtagent.pci import node as pci_node
-    from rtagent.placement import pci as pci_providers
+    from rtagent.placement import pci_providers
 
     table = pci_devices.refresh(pci_devices.make_table(), pci_node.tracked(devices, specs))
     # The node's UUID and name do not change what is refused.

@@ -4,15 +4,16 @@ import dataclasses
 import logging
 import signal
 
-from rtagent import builder, daemon, health_server, logescape, metrics, periodic, systemd
 from rtagent.cmd.version import startup_line, version_string
 from rtagent.conf.validation import ConfigError
+from rtagent.logs import escape
 from rtagent.rpc import notifier as notifiermod
 from rtagent.rpc import transport
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.server import RPCServer
+from rtagent.service import builder, daemon, health, periodic, prometheus, systemd
+from rtagent.service.wakeup import Wakeup
 from rtagent.virt import hugepages
-from rtagent.wakeup import Wakeup
 
 LOG = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def build_and_run(conf, reload_conf):
     """
     # Built in dependency order: what the agent reports to (metrics) and
     # what its hypervisor events pull (the loop's trigger) exist first.
-    meter = metrics.Metrics()
+    meter = prometheus.Metrics()
     trigger = periodic.Trigger()
     agent = builder.build_agent(conf, observer=meter.observer(), on_change=trigger.pull)
     LOG.info("%s", startup_line(conf, agent, "run"))
@@ -57,7 +58,7 @@ def build_and_run(conf, reload_conf):
         def make_health(check, status):
             host, port = conf.health.bind_address, conf.health.port
             try:
-                return health_server.HealthServer(check, meter, status, port, host=host)
+                return health.HealthServer(check, meter, status, port, host=host)
             except OSError as exc:
                 # Another service on the port, or an address not on this
                 # host: the operator's to fix, said in one line (exit 2).
@@ -109,7 +110,7 @@ def apply_conf(conf, new, agent):
     # re-reads a changed log_config_append: its new handlers escape too.
     conf.mutate_config_files()
     if getattr(conf, "log_config_append", None):
-        logescape.install()
+        escape.install()
     for tracker in agent.nodes.trackers():
         tracker.set_policy(policy)
     reload_provider_config = getattr(agent, "reload_provider_config", None)
@@ -164,10 +165,10 @@ def _guru_meditation(conf):
     here. ``[oslo_reports] file_event_handler`` keeps working (oslo.reports
     watches that file from a thread of its own).
     """
-    from rtagent import guru
+    from rtagent.service import guru
 
     version = _Version(version_string())
-    # rtagent's configuration, not oslo.config's global one (rtagent.guru).
+    # rtagent's configuration, not oslo.config's global one (rtagent.service.guru).
     gmr = guru.report_class(conf)
     gmr.setup_autorun(version, conf=conf, setup_signal=False)
     log_dir = conf.oslo_reports.log_dir

@@ -17,9 +17,9 @@ import time
 import urllib.error
 import urllib.request
 
-from rtagent.health_server import HOST
 from rtagent.pci import model as pci_model
 from rtagent.rpc.status import printable, printable_tree
+from rtagent.service.health import HOST
 
 # /status is built from published snapshots and never waits for a lock:
 # an agent that has not answered in this long is not going to.

@@ -7,7 +7,7 @@ resource tracker.
 It is nova's own ``nova-compute`` command (same arguments, same nova.conf),
 after two changes made before nova builds its ComputeManager:
 
-- nova's ``ResourceTracker`` name points at :mod:`rtagent.nova.tracker`'s,
+- nova's ``ResourceTracker`` name points at :mod:`rtagent.nova.resource_tracker`'s,
   whose link is an RPC client of the rtagent daemon on the same host;
 - nova's own ResourceTracker is guarded (:mod:`.guard`): constructing or
   calling it raises, so nothing in the process can do accounting or
@@ -139,7 +139,7 @@ def install(make_link):
     from nova.compute import manager, resource_tracker
 
     from rtagent.nova import guard, virtapi
-    from rtagent.nova import tracker as rt
+    from rtagent.nova import resource_tracker as rt
 
     nova_tracker = resource_tracker.ResourceTracker
     if issubclass(nova_tracker, rt.RtagentResourceTracker):

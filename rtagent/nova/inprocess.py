@@ -8,13 +8,13 @@ through nova's virt driver, reached through its RPC endpoint's methods.
 
 import logging
 
-from rtagent import builder
 from rtagent import conf as rtconf
 from rtagent.nova import numa
 from rtagent.nova.hostdriver import NovaHostDriver
 from rtagent.nova.link import LocalLink
 from rtagent.placement import prompt
 from rtagent.rpc.endpoint import AgentEndpoint
+from rtagent.service import builder
 
 LOG = logging.getLogger(__name__)
 

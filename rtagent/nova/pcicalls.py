@@ -17,7 +17,7 @@ import logging
 from nova import objects
 from nova.compute import utils as compute_utils
 
-from rtagent.nova import migrations, requests
+from rtagent.nova import arguments, migrations
 from rtagent.nova.link import AgentRefused
 
 LOG = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def _attach(link, cn, pci_requests):
             "attach_pci_devices",
             node_uuid=cn.uuid,
             instance_uuid=pci_requests.instance_uuid,
-            pci_requests=requests.pci_requests(pci_requests),
+            pci_requests=arguments.pci_requests(pci_requests),
         )
     except AgentRefused as exc:
         if exc.code not in _NO_DEVICE:
@@ -153,10 +153,10 @@ def _start_live_move(link, context, pci_requests, cn):
             migration_type="live-migration",
             source_node=migrations.source_node_uuid(context, migration),
             dest_node=cn.uuid,
-            old_flavor=requests.flavor(instance.flavor),
-            new_flavor=requests.flavor(instance.flavor),
+            old_flavor=arguments.flavor(instance.flavor),
+            new_flavor=arguments.flavor(instance.flavor),
             volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
-            **requests.pci_args(requests.pci_requests(asked)),
+            **arguments.pci_args(arguments.pci_requests(asked)),
         )
     except AgentRefused as exc:
         LOG.warning("Live migration of %s to %s refused: %s", instance_uuid, cn.uuid, exc)

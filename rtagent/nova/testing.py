@@ -38,7 +38,7 @@ import threading
 import fixtures
 
 from rtagent.nova import guard, inprocess, virtapi
-from rtagent.nova import tracker as rt
+from rtagent.nova import resource_tracker as rt
 from rtagent.nova.link import AgentRefused
 
 MODES = ("inprocess", "rpc")

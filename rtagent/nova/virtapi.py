@@ -14,7 +14,7 @@ tracker, which tells the agent; the agent's prompt sync puts the trait in
 Placement within a second.
 """
 
-from rtagent.nova import tracker as rt
+from rtagent.nova import resource_tracker as rt
 
 
 def _routed(original):

@@ -17,7 +17,7 @@ has no such affinity configured, so none, as nova without its
 
 def numa_topology(cells):
     """``{"cells": [...]}`` for ``cells`` (HostCell values with their
-    usage, see :func:`rtagent.numa.claim.with_usage`), or None for a host
+    usage, see :func:`rtagent.numa.usage.with_usage`), or None for a host
     that reports no NUMA cells."""
     if not cells:
         return None

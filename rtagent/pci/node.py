@@ -7,7 +7,7 @@ calls them under its lock, so nothing here reads the host.
 
 The node's :class:`~rtagent.pci.devices.DeviceTable` is a function of the
 reading, the ``[pci] device_spec`` values and the claims' holds
-(:class:`~rtagent.pci.claim.HeldDevice`): it is rebuilt from them, never
+(:class:`~rtagent.pci.held.HeldDevice`): it is rebuilt from them, never
 patched, so a device that a domain gave back, a claim that ended, or a spec
 that changed across a restart, leaves nothing stale.
 """

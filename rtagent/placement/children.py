@@ -87,7 +87,7 @@ class PublishedChildren:
         emptied of allocations first. A provider Placement refuses to
         delete (allocations still on it) is tried again next sync.
 
-        :param view: the :class:`~rtagent.placement.view.PlacementView` of
+        :param view: the :class:`~rtagent.placement.seen.PlacementView` of
             the sync (its listing says which are still there).
         :param drop: UUIDs whose allocations may be removed (PCI reporting
             turned off): emptied by a reshape, then deleted. Any other

@@ -20,8 +20,8 @@ import logging
 
 from rtagent.placement import diff as diffmod
 from rtagent.placement import errors, reader, reshape
+from rtagent.placement.seen import Listed
 from rtagent.placement.tree import Provider, ProviderTree
-from rtagent.placement.view import Listed
 from rtagent.resources import Inventory, frozen_map
 
 # The sync's logger: these lines are part of what an operator reads as the

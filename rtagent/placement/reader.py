@@ -15,8 +15,8 @@ under its UUID in Placement (:func:`same_names`).
 import logging
 
 from rtagent.placement import errors
+from rtagent.placement.seen import Listed, PlacementView
 from rtagent.placement.tree import Provider, ProviderTree
-from rtagent.placement.view import Listed, PlacementView
 from rtagent.resources import Inventory, frozen_map
 
 # The sync's logger: these lines are part of what an operator reads as the
@@ -31,7 +31,7 @@ _CONSISTENT_READ_ATTEMPTS = 3
 def refresh(client, view, root, desired, ours):
     """Read the tree's listing and each provider whose generation moved.
 
-    :param view: the :class:`~rtagent.placement.view.PlacementView` last read.
+    :param view: the :class:`~rtagent.placement.seen.PlacementView` last read.
     :param desired: the tree to sync; only its providers are copied (another
         service's child provider in our tree is never written to).
     :param ours: UUIDs of the child providers this agent published.
@@ -74,7 +74,7 @@ def read_provider(client, entry, aggregates=False):
     """One provider's inventories and traits (and its aggregates if
     ``aggregates``), read at one generation.
 
-    :param entry: its :class:`~rtagent.placement.view.Listed` (name, parent).
+    :param entry: its :class:`~rtagent.placement.seen.Listed` (name, parent).
     :raises ProviderChanging: its generation moved between the GETs every
         time.
     """
@@ -106,7 +106,7 @@ def same_names(desired, listed, ours):
     same provider (nova's virt drivers, handed a fresh provider tree,
     make up a UUID for each child). Allocations against it stay valid.
 
-    :param listed: uuid -> :class:`~rtagent.placement.view.Listed`.
+    :param listed: uuid -> :class:`~rtagent.placement.seen.Listed`.
     :param ours: UUIDs of the child providers this agent published.
     """
     wanted = {p.uuid for p in desired}

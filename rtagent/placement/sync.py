@@ -28,14 +28,14 @@ import logging
 import random
 import time
 
-from rtagent.placement import changes, checkpoint, errors, reader
+from rtagent.placement import checkpoint, describe, errors, reader
 from rtagent.placement import diff as diffmod
 from rtagent.placement.children import PublishedChildren, RememberedChildren
 from rtagent.placement.flusher import Flusher
 from rtagent.placement.retry import RetryPolicy
-from rtagent.placement.view import PlacementView
+from rtagent.placement.seen import PlacementView
 
-# RememberedChildren is built by callers of this module (rtagent.builder).
+# RememberedChildren is built by callers of this module (rtagent.service.builder).
 __all__ = ["ProviderSync", "RememberedChildren", "SyncResult"]
 
 LOG = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class _Synced:
     """The last successful sync: the tree it was asked for, the node's
     local marker then (its consumers), the tree it synced, and the
     monotonic time from which Placement must be read again to see other
-    writers' changes."""
+    writers' describe."""
 
     reported: object
     local: object
@@ -207,7 +207,7 @@ class ProviderSync:
                     "Sync of tree %s, attempt %d: %s; %s",
                     root,
                     number,
-                    changes.refresh_decision(cached.tree, self._view.tree),
+                    describe.refresh_decision(cached.tree, self._view.tree),
                     f"{len(ops)} operation(s) to write" if ops else "nothing to write",
                 )
             try:
@@ -255,7 +255,7 @@ class ProviderSync:
             before = computed_on["view"].tree
             LOG.info(
                 "Placement updated: %s",
-                "; ".join(changes.describe(op, before) for op in result.operations),
+                "; ".join(describe.describe(op, before) for op in result.operations),
             )
         kept = self._children.retire(self._view, computed_on["desired"], drop, self._flusher.send)
         if self._refresh_interval and not kept and not (result.reshaped or result.seeded):

@@ -37,7 +37,7 @@ def instance_record(snapshot, instance_uuid):
 
 
 def numa_cells(claim):
-    """A :class:`~rtagent.numa.claim.NumaClaim` as replies show it (one
+    """A :class:`~rtagent.numa.usage.NumaClaim` as replies show it (one
     object per guest cell: host cell, pinning, emulator CPUs, page size),
     or None for a guest without a NUMA topology."""
     return claim.describe() if claim is not None else None

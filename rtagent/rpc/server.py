@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from rtagent import logcontext
+from rtagent.logs import context
 from rtagent.rpc import errors, schemas, transport
 from rtagent.rpc.status import printable
 
@@ -112,7 +112,7 @@ def _make_dispatcher_class(om):
 
         def dispatch(self, incoming):
             # Every log line of this call carries the caller's request id.
-            logcontext.adopt(incoming.ctxt)
+            context.adopt(incoming.ctxt)
             message = incoming.message
             method = message.get("method")
             if not isinstance(method, str) or method not in schemas.METHODS:

@@ -1,6 +1,6 @@
 """Instance claims and instance updates as pure state transitions."""
 
-from rtagent.pci import claim as pci_claim
+from rtagent.pci import held as pci_held
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors, ledger, requests
 from rtagent.tracker.model import RELEASED_VM_STATES
@@ -64,10 +64,8 @@ def claim_instance(
             return state
         raise errors.InstanceClaimConflict(
             instance_uuid=instance.uuid,
-            existing=_described(dict(existing.resources), pci_claim.counts(existing.pci_devices)),
-            requested=_described(
-                dict(instance.resources), pci_claim.requested_counts(pci_requests)
-            ),
+            existing=_described(dict(existing.resources), pci_held.counts(existing.pci_devices)),
+            requested=_described(dict(instance.resources), pci_held.requested_counts(pci_requests)),
         )
     if state.migrations_of(instance.uuid):
         raise errors.InstanceClaimConflict(
@@ -107,8 +105,8 @@ def _holds_requested(existing, pci_requests):
     no record of which of its devices an attach added, and a caller that
     sends its instance's requests as they are now (an attached port's
     among them) asks for what it holds as much as the original call."""
-    held = pci_claim.counts(existing.pci_devices)
-    asked = pci_claim.requested_counts(pci_requests)
+    held = pci_held.counts(existing.pci_devices)
+    asked = pci_held.requested_counts(pci_requests)
     return all(held.get(rid) == n for rid, n in asked.items())
 
 
@@ -178,8 +176,8 @@ def attach_devices(state, instance_uuid, pci_requests):
     """
     state.check_not_pending(instance_uuid)
     instance = _tracked(state, instance_uuid)
-    held = pci_claim.counts(instance.pci_devices)
-    asked = pci_claim.requested_counts(pci_requests)
+    held = pci_held.counts(instance.pci_devices)
+    asked = pci_held.requested_counts(pci_requests)
     if all(held.get(rid) == n for rid, n in asked.items()):
         return state
     clash = sorted(rid for rid in asked if rid in held)

@@ -8,9 +8,9 @@ import dataclasses
 import types
 import uuid as uuidlib
 
-from rtagent.numa.claim import NumaClaim
+from rtagent.numa.usage import NumaClaim
 from rtagent.pci import devices as pcidevs
-from rtagent.pci.claim import HeldDevice
+from rtagent.pci.held import HeldDevice
 from rtagent.resources import (  # noqa: F401 - re-exported for the tracker's users
     DISK_GB,
     MEMORY_MB,
@@ -106,11 +106,11 @@ class Instance:
     :param assigned: resource class -> identifiers claimed by this instance
         (e.g. specific devices), see :mod:`rtagent.tracker.assigned`.
     :param vm_state, task_state: nova's states, for the scheduler's stats.
-    :param numa: a :class:`~rtagent.numa.claim.NumaClaim` (its cells, pinned
+    :param numa: a :class:`~rtagent.numa.usage.NumaClaim` (its cells, pinned
         CPUs and pages on this node), or None for a guest without a NUMA
         topology.
     :param pci_devices: the PCI devices it holds here
-        (:class:`~rtagent.pci.claim.HeldDevice` values, in request order).
+        (:class:`~rtagent.pci.held.HeldDevice` values, in request order).
     """
 
     uuid: str
@@ -166,7 +166,7 @@ class Migration:
     the source, ``new_*`` what it claims at the destination. ``seq`` orders
     updates: when several moves of one instance are in progress, the most
     recently updated one is the one that counts. ``old_pci`` and
-    ``new_pci`` are the PCI devices (:class:`~rtagent.pci.claim.HeldDevice`)
+    ``new_pci`` are the PCI devices (:class:`~rtagent.pci.held.HeldDevice`)
     the instance holds at the source and takes at the destination.
     """
 
@@ -299,7 +299,7 @@ class NodeSnapshot:
         consumer; ``numa_cells`` add up exactly these.
     :param numa_unclaimed: domain UUID -> the dedicated CPUs (sorted) it is
         pinned to that no claim of its own keeps: never pinned by another
-        claim (see :mod:`rtagent.numa.domains`).
+        claim (see :mod:`rtagent.numa.running_pins`).
     :param pci_devices: the :class:`~rtagent.pci.devices.DeviceTable` of the
         node's tracked PCI devices (those ``[pci] device_spec`` matches),
         devices held by a domain without a claim marked allocated to it.

@@ -20,7 +20,7 @@ Confirm, revert and finish of a move this node does not know return the
 state unchanged, so a retried call is harmless.
 """
 
-from rtagent.pci import claim as pci_claim
+from rtagent.pci import held as pci_held
 from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger, requests
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
@@ -142,7 +142,7 @@ def _check_same_move(existing, requested, pci_requests=None):
     """
     pci = []
     if pci_requests is not None:
-        held, asked = pci_claim.counts(existing.new_pci), pci_claim.requested_counts(pci_requests)
+        held, asked = pci_held.counts(existing.new_pci), pci_held.requested_counts(pci_requests)
         pci.append(("pci_requests", held, asked))
     differences = [
         name

@@ -8,9 +8,9 @@ in its one transaction, and the node's device table is rebuilt from them
 (:func:`rtagent.pci.node.with_claims`), never patched.
 """
 
-from rtagent.pci import claim as pci_claim
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import errors as pci_errors
+from rtagent.pci import held as pci_held
 from rtagent.tracker import ledger
 
 
@@ -61,7 +61,7 @@ def ensure_fits(state, requests, numa=None, held=None):
 
     :param held: {request id: addresses} a guest already runs with (an
         instance claimed after the fact): those requests take them.
-    :returns: the :class:`~rtagent.pci.claim.HeldDevice` values chosen, in
+    :returns: the :class:`~rtagent.pci.held.HeldDevice` values chosen, in
         request order; ``()`` for no request.
     :raises rtagent.pci.errors.DevicesUnavailable: a request cannot be met.
     """
@@ -73,7 +73,7 @@ def ensure_fits(state, requests, numa=None, held=None):
 
 def _choose(state, requests, cells, held=None):
     sockets = {c.id: c.socket for c in state.host.numa_cells if c.socket is not None}
-    return pci_claim.choose(state.pci_devices, requests, cells, sockets, state.node_uuid, held=held)
+    return pci_held.choose(state.pci_devices, requests, cells, sockets, state.node_uuid, held=held)
 
 
 def cell_rank(state, requests):

@@ -74,7 +74,7 @@ def on_dedicated_cpus(amounts, numa):
     pinned vCPUs (and an isolated emulator thread's CPU) as PCPU. Unchanged
     for a claim that pins nothing or counts PCPU already.
 
-    :param numa: the claim's :class:`~rtagent.numa.claim.NumaClaim`, or None.
+    :param numa: the claim's :class:`~rtagent.numa.usage.NumaClaim`, or None.
     """
     amounts = dict(amounts)
     if numa is None or not numa.pcpus or amounts.get(PCPU):

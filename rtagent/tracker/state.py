@@ -18,26 +18,26 @@ import math
 import types
 
 from rtagent import excerpt
-from rtagent.numa import claim as numa_claim
-from rtagent.numa import domains as numa_domains
 from rtagent.numa import model as numa_model
+from rtagent.numa import running_pins as numa_running_pins
+from rtagent.numa import usage as numa_usage
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import node as pci_node
 from rtagent.resources import MEMORY_MB, STANDARD_CLASSES, VCPU, frozen_map
 from rtagent.tracker import assigned, errors, ledger, pciholds, requests, rows, stats, untracked
+from rtagent.tracker.drift import Drift
+from rtagent.tracker.model import NodeSnapshot
+from rtagent.tracker.sums import InstanceSums
+from rtagent.tracker.table import Table
 
 # Changes and changes() live in their own module; importable from here too.
-from rtagent.tracker.changes import (  # noqa: F401
+from rtagent.tracker.writes import (  # noqa: F401
     DISABLED_KEY,
     FAILED_BUILDS_KEY,
     RATIOS_KEY,
     Changes,
     changes,
 )
-from rtagent.tracker.drift import Drift
-from rtagent.tracker.model import NodeSnapshot
-from rtagent.tracker.sums import InstanceSums
-from rtagent.tracker.table import Table
 
 
 def _empty():
@@ -83,11 +83,11 @@ class NodeState:
     :param inventories: resource class -> Inventory claims are checked
         against (derived from host, policy and Placement's ratios).
     :param numa_cells: the host's NUMA cells as claims see them before any
-        usage (derived from host and policy, see :mod:`rtagent.numa.claim`).
+        usage (derived from host and policy, see :mod:`rtagent.numa.usage`).
     :param numa_pins: domain UUID -> the dedicated CPUs that domain is
         pinned to (its ``<cputune>``), for every domain on the host pinned
         to any (derived from host and numa_cells, see
-        :mod:`rtagent.numa.domains`).
+        :mod:`rtagent.numa.running_pins`).
     :param pci: the parsed ``[pci]`` options (a
         :class:`rtagent.conf.pci.PciConfig`), or None for none.
     :param pci_found: the :class:`~rtagent.pci.node.Discovered` devices of
@@ -233,7 +233,7 @@ class NodeState:
         if state.host is None:
             return state
         fallback = ledger.pins_on_shared(state.host, state.policy)
-        cells = numa_claim.host_cells(
+        cells = numa_usage.host_cells(
             state.host.numa_cells,
             state.host.cpu_shared_set,
             state.host.cpu_dedicated_set,
@@ -297,7 +297,7 @@ class NodeState:
         changed, so a steady reading does not look at every domain)."""
         if self.host is not None and self.host.domains is host.domains and self.numa_cells == cells:
             return self.numa_pins
-        return frozen_map(numa_domains.pinned_dedicated(host.domains, cells))
+        return frozen_map(numa_running_pins.pinned_dedicated(host.domains, cells))
 
     def numa_kept(self, instance_uuid):
         """The host CPUs the claims of ``instance_uuid`` keep on this node:
@@ -314,8 +314,8 @@ class NodeState:
 
     def numa_unclaimed(self):
         """{domain UUID: dedicated CPUs it is pinned to that no claim of
-        its own keeps} (see :mod:`rtagent.numa.domains`; O(pinned domains))."""
-        return numa_domains.unclaimed(self.numa_pins, self.numa_kept)
+        its own keeps} (see :mod:`rtagent.numa.running_pins`; O(pinned domains))."""
+        return numa_running_pins.unclaimed(self.numa_pins, self.numa_kept)
 
     def _pci_fields(self, state):
         """``state``'s PCI devices and drift; those of ``self`` when their
@@ -609,14 +609,14 @@ def ensure_numa_fits(
     other domains are pinned to without a claim keeping them are never
     pinned; with ``own_domain``, an instance whose domain already runs
     pinned may keep only the dedicated CPUs it is pinned to
-    (:mod:`rtagent.numa.domains`), or of ``running`` (the CPUs its caller
+    (:mod:`rtagent.numa.running_pins`), or of ``running`` (the CPUs its caller
     says it runs on) when given. ``accept(fits)`` picks among the layouts
     that fit (the claim's PCI devices must be had on them); when it accepts
     none, the first layout that fits is returned, and the PCI choice on it
     says why the claim cannot be had. ``cell_rank``: the order in which
     host cells are tried first (:func:`rtagent.numa.fit.fit`).
 
-    :returns: a :class:`~rtagent.numa.claim.NumaClaim`, or None for no
+    :returns: a :class:`~rtagent.numa.usage.NumaClaim`, or None for no
         topology.
     :raises ComputeResourcesUnavailable: no host cell layout fits.
     """
@@ -632,7 +632,7 @@ def ensure_numa_fits(
     if own is not None:
         dedicated = frozenset().union(*(c.pcpuset for c in state.numa_cells))
         running, own = own, own & dedicated
-    cells = numa_domains.for_claim(
+    cells = numa_running_pins.for_claim(
         state.numa_usage(), state.numa_unclaimed(), instance_uuid, own=own
     )
     limits = numa_model.Limits(
@@ -643,7 +643,7 @@ def ensure_numa_fits(
     pack = state.policy.numa_pack
     placed = None
     if accept is not None:
-        placed = numa_claim.place(
+        placed = numa_usage.place(
             guest.cells,
             cells,
             limits,
@@ -653,11 +653,11 @@ def ensure_numa_fits(
             cell_rank=cell_rank,
         )
     if placed is None:
-        placed = numa_claim.place(
+        placed = numa_usage.place(
             guest.cells, cells, limits, emulator_isolate=isolate, pack=pack, cell_rank=cell_rank
         )
     if placed is None:
-        reason = numa_claim.refusal(guest.cells, cells, isolate)
+        reason = numa_usage.refusal(guest.cells, cells, isolate)
         if own is not None:
             reason += (
                 f"; the guest runs pinned to CPU(s) {_cpu_list(running)}, and only "
@@ -764,7 +764,7 @@ def _numa_fields(state):
         return {}
     return {
         "numa_cells": state.numa_usage(),
-        "numa_lost": frozen_map(numa_claim.lost_cpus(state.numa_cells, held)),
+        "numa_lost": frozen_map(numa_usage.lost_cpus(state.numa_cells, held)),
         "numa_claims": tuple(sorted(held, key=lambda pair: pair[0])),
         "numa_unclaimed": frozen_map(state.numa_unclaimed()),
     }

@@ -10,7 +10,7 @@ own records (:func:`rtagent.tracker.ledger.move_holdings`): there are few.
 import dataclasses
 import types
 
-from rtagent.numa.claim import NumaUsage
+from rtagent.numa.usage import NumaUsage
 from rtagent.resources import frozen_map
 from rtagent.tracker import stats as stats_mod
 
@@ -24,7 +24,7 @@ class InstanceSums:
     :param amounts: resource class -> total of the instances' resources.
     :param ids: resource class -> {identifier: how many instances hold it}
         (assigned resources; a class appears while some instance holds one).
-    :param numa: the :class:`~rtagent.numa.claim.NumaUsage` of the
+    :param numa: the :class:`~rtagent.numa.usage.NumaUsage` of the
         instances' NUMA claims.
     :param pci: instance UUID -> the PCI devices it holds, for the
         instances that hold any (so that the node's device table is rebuilt

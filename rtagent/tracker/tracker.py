@@ -369,7 +369,7 @@ class Tracker:
             on, as its caller knows them (an instance claimed after the
             fact): its pinned vCPUs keep exactly the dedicated ones, or the
             claim is refused. None: the CPUs its domain on the host is
-            pinned to, if any (see :mod:`rtagent.numa.domains`).
+            pinned to, if any (see :mod:`rtagent.numa.running_pins`).
         :param running_devices: {request id: [PCI address]} of the devices
             the guest already runs with (an instance claimed after the
             fact): each named request takes exactly those, or the claim is
@@ -535,7 +535,7 @@ class Tracker:
         :param pci_requests: as :meth:`instance_claim` takes them; each
             needs its own ``request_id`` (a derived one would repeat those
             of the instance's claim).
-        :returns: the :class:`~rtagent.pci.claim.HeldDevice` values the
+        :returns: the :class:`~rtagent.pci.held.HeldDevice` values the
             requests hold, in the instance's order.
         :raises InvalidClaimRequest: malformed UUID.
         :raises rtagent.pci.errors.InvalidRequest: a request is invalid, or

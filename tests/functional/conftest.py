@@ -6,10 +6,10 @@ import warnings
 
 import pytest
 
-from rtagent import builder
 from rtagent import conf as rtconf
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.client import RequestObserver
+from rtagent.service import builder
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

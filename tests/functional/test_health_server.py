@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from rtagent import daemon, health_server, metrics, systemd
+from rtagent.service import daemon, health, prometheus, systemd
 from rtagent.tracker.model import Flavor
 
 pytestmark = pytest.mark.functional
@@ -63,14 +63,14 @@ def fd_budget():
 def service(make_agent, make_conf):
     """A running Daemon with its health endpoint on a free port."""
     conf = make_conf(daemon__startup_delay=0.0)
-    meter = metrics.Metrics()
+    meter = prometheus.Metrics()
     agent = make_agent(conf, observer=meter.observer())
     the_daemon = daemon.Daemon(
         conf,
         agent,
         metrics=meter,
         notifier=systemd.Notifier(environ={}),
-        health=lambda check, status: health_server.HealthServer(check, meter, status, 0),
+        health=lambda check, status: health.HealthServer(check, meter, status, 0),
     )
     runner = threading.Thread(target=the_daemon.run, name="test-daemon", daemon=True)
     runner.start()

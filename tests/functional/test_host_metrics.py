@@ -9,10 +9,10 @@ import re
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rtagent import builder
-from rtagent.metrics import Metrics
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.notifier import Publisher
+from rtagent.service import builder
+from rtagent.service.prometheus import Metrics
 from rtagent.virt.libvirt import LibvirtDriver
 from tests.functional.conftest import DEMO_URI, make_adapter
 

@@ -20,9 +20,9 @@ import uuid
 
 import pytest
 
-from rtagent import builder
 from rtagent.placement.desired import desired_tree
 from rtagent.placement.errors import AllocationRefused
+from rtagent.service import builder
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 from rtagent.tracker.errors import ComputeResourcesUnavailable
 from rtagent.tracker.model import Flavor

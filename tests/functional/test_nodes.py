@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from rtagent import builder
+from rtagent.service import builder
 from rtagent.tracker import errors
 from rtagent.tracker.model import Flavor
 from rtagent.virt.driver import HostDriver

@@ -140,7 +140,7 @@ def test_a_live_migration_keeps_the_page_size_the_caller_names(tmp_path, host):
 
 def test_without_cpu_sets_a_cells_shared_cpus_are_its_online_ones(tmp_path):
     # The test driver's own host: 2 cells of 8 CPUs, of which 0, 2, 4 online.
-    from rtagent.numa.claim import host_cells
+    from rtagent.numa.usage import host_cells
     from rtagent.virt.libvirt.driver import LibvirtDriver
 
     driver = LibvirtDriver("test:///default", str(tmp_path))

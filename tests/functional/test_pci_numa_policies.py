@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from rtagent import builder
 from rtagent.pci.errors import DevicesUnavailable
 from rtagent.placement.backoff import SyncBackoff
+from rtagent.service import builder
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 from rtagent.tracker.model import Flavor
 from tests.functional.numa_host import DEDICATED, SHARED, two_socket_driver

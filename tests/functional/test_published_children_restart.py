@@ -11,9 +11,9 @@ import dataclasses
 
 import pytest
 
-from rtagent import builder
-from rtagent.builder import libvirt_driver
 from rtagent.placement.backoff import SyncBackoff
+from rtagent.service import builder
+from rtagent.service.builder import libvirt_driver
 from rtagent.testing.placement_server import admin_adapter
 from rtagent.virt.host import ProviderFacts
 

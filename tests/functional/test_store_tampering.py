@@ -16,9 +16,9 @@ import sqlite3
 
 import pytest
 
-from rtagent import builder
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.rpc.status import node_status
+from rtagent.service import builder
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 from rtagent.tracker.model import Flavor
 from tests.functional.numa_host import DEDICATED, SHARED, read_host, two_socket_driver

@@ -176,7 +176,7 @@ def test_endless_conflicts_exhaust_the_policy_with_a_typed_error(make_agent, mak
 
 
 def test_placement_down_fails_the_sync_but_not_claims(make_conf, tmp_path):
-    from rtagent import builder
+    from rtagent.service import builder
 
     # a port nothing listens on
     agent = builder.build_agent(make_conf(), adapter=make_adapter("http://127.0.0.1:9"))

@@ -4,8 +4,8 @@ host metrics on."""
 
 import pytest
 
-from rtagent import builder
 from rtagent.rpc import notifier, transport
+from rtagent.service import builder
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.virt.libvirt import LibvirtDriver
 from tests.functional.conftest import DEMO_URI, make_adapter

@@ -16,14 +16,14 @@ import uuid
 
 import pytest
 
-from rtagent import builder
 from rtagent import conf as rtconf
-from rtagent.periodic import PeriodicLoop
 from rtagent.placement import errors
 from rtagent.placement.client import RequestObserver
 from rtagent.placement.desired import desired_tree
 from rtagent.placement.tree import Provider
 from rtagent.resources import Inventory, frozen_map
+from rtagent.service import builder
+from rtagent.service.periodic import PeriodicLoop
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.testing.postgres import Postgres, missing_requirements
 from tests.integration.conftest import require

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rtagent.periodic import PeriodicLoop, Trigger
+from rtagent.service.periodic import PeriodicLoop, Trigger
 from rtagent.virt import errors, host
 from rtagent.virt.libvirt import LibvirtDriver
 from rtagent.virt.libvirt.probes import cpu_traits

@@ -9,8 +9,8 @@ from nova.compute import manager as compute_manager
 from nova.compute import resource_tracker
 
 from rtagent.nova import guard
+from rtagent.nova.resource_tracker import RtagentResourceTracker
 from rtagent.nova.testing import RtagentTrackerFixture
-from rtagent.nova.tracker import RtagentResourceTracker
 
 NOVA_TRACKER = resource_tracker.ResourceTracker
 

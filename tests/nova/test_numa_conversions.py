@@ -17,7 +17,7 @@ from nova.conf import CONF
 from nova.virt import hardware
 
 from rtagent.nova import hostdriver, numa
-from rtagent.numa import claim as numa_claim
+from rtagent.numa import usage as numa_usage
 from rtagent.numa import view as numa_view
 from rtagent.resources import PCPU
 from rtagent.tracker import ledger
@@ -123,7 +123,7 @@ def test_the_agents_cells_and_inventories_are_the_drivers(
     assert totals[PCPU] == len(dedicated)
     # The cells the agent offers are the ones the driver reports.
     offered = numa_view.numa_topology(
-        numa_claim.host_cells(view.numa_cells, view.cpu_shared_set, view.cpu_dedicated_set)
+        numa_usage.host_cells(view.numa_cells, view.cpu_shared_set, view.cpu_dedicated_set)
     )
     for mine, novas in zip(offered["cells"], topology.cells, strict=True):
         assert set(mine["cpuset"]) == novas.cpuset
@@ -168,7 +168,7 @@ def test_the_fallback_offers_the_cpus_novas_driver_offers(
         topology = driver_topology(shared, pinnable)
         sets = numa.cpu_sets(conf)
         view = hostdriver.view_of("node", resources(topology, len(shared)), cpu_sets=sets)
-        cells = numa_claim.host_cells(
+        cells = numa_usage.host_cells(
             view.numa_cells, view.cpu_shared_set, view.cpu_dedicated_set, fallback=fallback
         )
         record = objects.NUMATopology.obj_from_db_obj(
@@ -299,7 +299,7 @@ def test_image_properties_keep_glances_names():
 def test_compute_node_topology_carries_the_agents_usage():
     driver = driver_topology({0, 4}, {1, 2, 3, 5, 6, 7})
     view = hostdriver.view_of("node", resources(driver, 2), cpu_sets=({0, 4}, {1, 2, 3, 5, 6, 7}))
-    cells = numa_claim.host_cells(view.numa_cells, view.cpu_shared_set, view.cpu_dedicated_set)
+    cells = numa_usage.host_cells(view.numa_cells, view.cpu_shared_set, view.cpu_dedicated_set)
     topology = numa_view.numa_topology(cells)
     # Two pinned CPUs and 2M pages taken on cell 1.
     topology["cells"][1]["pinned_cpus"] = [5, 7]

@@ -29,8 +29,8 @@ from nova import utils
 from nova.tests.functional import integrated_helpers
 
 from rtagent.nova import reconcile
+from rtagent.nova.resource_tracker import COMPUTE_RESOURCE_SEMAPHORE
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
-from rtagent.nova.tracker import COMPUTE_RESOURCE_SEMAPHORE
 from tests.nova.harness import KeepsTestMethod
 
 WAIT_S = 30

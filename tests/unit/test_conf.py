@@ -108,8 +108,8 @@ def test_nova_default_instances_path():
 
 
 def test_zero_ratio_means_unset_as_in_nova(tmp_path):
-    from rtagent import builder
     from rtagent.resources import MEMORY_MB, VCPU
+    from rtagent.service import builder
 
     conf = load(tmp_path, f"[DEFAULT]\nstate_path = {tmp_path}\nram_allocation_ratio = 0.0\n")
     validation.validate(conf)
@@ -152,7 +152,7 @@ def test_reserved_host_cpus_without_a_cpu_set_is_fine(tmp_path, text):
 
 
 def test_reserved_huge_pages_is_multi_valued_and_on_the_policy(tmp_path):
-    from rtagent import builder
+    from rtagent.service import builder
 
     conf = load(
         tmp_path,
@@ -166,7 +166,7 @@ def test_reserved_huge_pages_is_multi_valued_and_on_the_policy(tmp_path):
 
 @pytest.mark.parametrize("value, pack", [(None, False), ("true", True), ("false", False)])
 def test_the_numa_packing_strategy_reaches_the_policy(tmp_path, value, pack):
-    from rtagent import builder
+    from rtagent.service import builder
 
     option = f"[compute]\npacking_host_numa_cells_allocation_strategy = {value}\n" if value else ""
     conf = load(tmp_path, f"[DEFAULT]\nstate_path = {tmp_path}\n{option}")

@@ -7,7 +7,7 @@ option, the entry and the field."""
 import pytest
 
 from rtagent import conf as rtconf
-from rtagent.cmd import agent as cli
+from rtagent.cmd import main as cli
 from rtagent.conf import opts, pci, validation
 from rtagent.pci import alias, errors, spec
 from rtagent.pci import model as pci_model
@@ -270,7 +270,7 @@ def test_the_errors_carry_entry_and_field_and_a_stable_code(tmp_path):
 
 
 def test_a_reload_checks_the_new_pci_values(tmp_path):
-    # What SIGHUP runs (rtagent.cmd.agent._run's reload_conf): a fresh
+    # What SIGHUP runs (rtagent.cmd.main._run's reload_conf): a fresh
     # ConfigOpts over the same files, checked whole; an error refuses the
     # reload and the running configuration is kept.
     path = write(tmp_path, '[pci]\ndevice_spec = {"vendor_id": "8086"}\n')

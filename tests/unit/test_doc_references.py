@@ -240,7 +240,7 @@ def test_every_make_target_named_exists():
 
 @functools.cache
 def commands():
-    text = (ROOT / "rtagent/cmd/agent.py").read_text()
+    text = (ROOT / "rtagent/cmd/main.py").read_text()
     return frozenset(re.findall(r"add_parser\(\s*\"([a-z-]+)\"", text))
 
 

@@ -1,6 +1,6 @@
 """Text rtagent does not choose, shown safely: the escape functions
 (rtagent.excerpt), log lines through oslo.log's own formatters wrapped by
-rtagent.logescape, and RPC error replies (rtagent.rpc.errors)."""
+rtagent.logs.escape, and RPC error replies (rtagent.rpc.errors)."""
 
 import io
 import logging
@@ -11,8 +11,8 @@ from oslo_context import context as oslo_context
 from oslo_log import formatters, handlers
 from oslo_log import log as oslo_log
 
-from rtagent import logescape
 from rtagent.excerpt import clip, escaped, escaped_tree, printable
+from rtagent.logs import escape
 from rtagent.pci import errors as pci_errors
 from rtagent.rpc import errors
 from rtagent.rpc import status as rpc_status
@@ -103,7 +103,7 @@ def logged(formatter, log, handler_class=logging.StreamHandler):
     ``formatter`` wrapped the way rtagent wraps it."""
     stream = io.StringIO()
     handler = handler_class(stream)
-    handler.setFormatter(logescape.EscapingFormatter(formatter))
+    handler.setFormatter(escape.EscapingFormatter(formatter))
     logger = logging.getLogger("rtagent.test_escaping")
     logger.addHandler(handler)
     logger.propagate, logger.level = False, logging.DEBUG
@@ -136,7 +136,7 @@ def test_a_message_is_one_line_with_its_controls_escaped():
 
 def test_the_record_other_handlers_get_is_unchanged():
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "name %s", (ALIAS,), None)
-    logescape.EscapingFormatter(logging.Formatter("%(message)s")).format(record)
+    escape.EscapingFormatter(logging.Formatter("%(message)s")).format(record)
     assert record.getMessage() == f"name {ALIAS}"
 
 
@@ -228,11 +228,11 @@ def test_install_wraps_every_handler_once():
     logger = logging.getLogger("rtagent.test_escaping.install")
     logger.addHandler(handler)
     try:
-        logescape.install()
-        logescape.install()
+        escape.install()
+        escape.install()
     finally:
         logger.removeHandler(handler)
-    assert isinstance(handler.formatter, logescape.EscapingFormatter)
+    assert isinstance(handler.formatter, escape.EscapingFormatter)
     assert handler.formatter.inner is inner
 
 

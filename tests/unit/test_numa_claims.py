@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rtagent.numa import claim as numa_claim
+from rtagent.numa import usage as numa_usage
 from rtagent.numa.errors import InvalidConstraint
 from rtagent.tracker import errors
 from rtagent.tracker.ledger import ResourcePolicy
@@ -83,14 +83,14 @@ def recounted(snapshot):
     """The snapshot's cells recounted from scratch from the claims it lists
     (the tracker carries the usage from state to state instead)."""
     host = snapshot.host
-    cells = numa_claim.host_cells(
+    cells = numa_usage.host_cells(
         host.numa_cells,
         host.cpu_shared_set,
         host.cpu_dedicated_set,
         snapshot.policy.reserved_huge_pages,
         host.online_cpus,
     )
-    return numa_claim.with_usage(cells, [c for _, c in snapshot.numa_claims])
+    return numa_usage.with_usage(cells, [c for _, c in snapshot.numa_claims])
 
 
 def assert_each_cpu_once(snapshot):

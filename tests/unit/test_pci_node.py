@@ -12,9 +12,9 @@ import pytest
 
 from rtagent.cmd.status import render
 from rtagent.conf.pci import PciConfig
-from rtagent.pci import claim as pci_claim
 from rtagent.pci import devices, model, node, pools, spec
-from rtagent.pci.claim import HeldDevice
+from rtagent.pci import held as pci_held
+from rtagent.pci.held import HeldDevice
 from rtagent.pci.model import HostDevice
 from rtagent.rpc.status import node_status
 from rtagent.tracker import view
@@ -188,7 +188,7 @@ def test_choose_holds_devices_in_request_order_with_their_facts():
         pools.PciRequest("gpu", 1, ({"vendor_id": "10de"},)),
         pools.PciRequest("vfs", 2, ({"product_id": "154c"},)),
     ]
-    chosen = pci_claim.choose(table, requests)
+    chosen = pci_held.choose(table, requests)
     assert [(h.address, h.request_id) for h in chosen] == [
         (GPU.address, "gpu"),
         (VF0.address, "vfs"),
@@ -203,7 +203,7 @@ def test_choose_holds_devices_in_request_order_with_their_facts():
         "numa_node": 0,
         "request_id": "vfs",
     }
-    assert pci_claim.choose(table, []) == ()
+    assert pci_held.choose(table, []) == ()
 
 
 # -- in the tracker -----------------------------------------------------------

@@ -2,7 +2,7 @@
 
 import threading
 
-from rtagent.periodic import PeriodicLoop
+from rtagent.service.periodic import PeriodicLoop
 from rtagent.virt.errors import HypervisorUnavailable
 
 

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from rtagent.numa import claim as numa_claim
-from rtagent.numa import domains
-from rtagent.numa.claim import NumaClaim
+from rtagent.numa import running_pins
+from rtagent.numa import usage as numa_usage
 from rtagent.numa.model import CellFit, GuestCell
+from rtagent.numa.usage import NumaClaim
 from rtagent.placement import reshape
 from rtagent.tracker import errors, requests
 from rtagent.tracker.ledger import ResourcePolicy
@@ -189,9 +189,9 @@ def test_counting_on_dedicated_cpus(amounts, numa, on_dedicated):
 
 
 def test_a_floating_guests_pins_hold_nothing_in_the_fallback():
-    cells = numa_claim.host_cells(LEGACY_HOST.numa_cells, fallback=True)
+    cells = numa_usage.host_cells(LEGACY_HOST.numa_cells, fallback=True)
     floating = type("Dom", (), {"uuid": "d", "pinned_cpus": frozenset(range(8))})()
-    assert domains.pinned_dedicated([floating], cells) == {}
+    assert running_pins.pinned_dedicated([floating], cells) == {}
 
 
 class _Allocations:

@@ -179,7 +179,7 @@ def test_a_version_4_or_5_store_becomes_6_with_every_row_kept(v3_dir, old):
 def test_rows_of_5_have_no_pci_devices_and_6_keeps_them():
     """A row written before PCI claims reads as holding none; one with
     devices reads back with them (the fields a downgrade would drop)."""
-    from rtagent.pci.claim import HeldDevice
+    from rtagent.pci.held import HeldDevice
     from rtagent.tracker.model import Flavor, frozen_map
 
     held = (HeldDevice("0000:3b:02.0", "r-1", "8086", "154c", "type-VF", 0, "0000:3b:00.0"),)

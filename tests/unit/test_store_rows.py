@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rtagent.numa.claim import NumaClaim
 from rtagent.numa.model import CellFit, GuestCell
-from rtagent.pci.claim import HeldDevice
+from rtagent.numa.usage import NumaClaim
+from rtagent.pci.held import HeldDevice
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors, rows
 from rtagent.tracker.model import Flavor, Instance, Migration

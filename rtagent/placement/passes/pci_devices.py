@@ -123,7 +123,7 @@ class DeviceAllocations:
         :param root: the node's root provider UUID.
         :param held: {consumer: {provider: {class: amount}}}, the devices
             the node's claims hold on its PCI providers (see
-            :class:`~rtagent.placement.pci.Report`).
+            :class:`~rtagent.placement.pci_providers.Report`).
         :param busy: consumers left alone for now: instances in a move
             whose source and destination are this node, standalone claims
             being written.

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from rtagent import builder
 from rtagent.placement import errors as placement_errors
 from rtagent.placement.passes.heal import AllocationHealer, HealBudget
 from rtagent.placement.standalone import claim_standalone
+from rtagent.service import builder
 from rtagent.tracker import errors
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import Recorder, make_adapter

@@ -11,9 +11,9 @@ import uuid
 import pytest
 
 from rtagent.pci import errors
-from rtagent.placement import pci as pci_providers
+from rtagent.placement import pci_providers
 from rtagent.placement.passes.pci_devices import DeviceAllocations
-from rtagent.placement.pci import provider_uuid
+from rtagent.placement.pci_providers import provider_uuid
 from rtagent.placement.standalone import claim_standalone
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import Recorder, put_allocation

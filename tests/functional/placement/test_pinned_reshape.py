@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from rtagent import builder
 from rtagent.placement.backoff import SyncBackoff
+from rtagent.service import builder
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import Recorder, put_allocation

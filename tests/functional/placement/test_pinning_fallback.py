@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from rtagent import builder
 from rtagent.placement.backoff import SyncBackoff
+from rtagent.service import builder
 from rtagent.testing.placement_server import admin_adapter as make_adapter
 from rtagent.tracker import errors
 from rtagent.tracker.model import Flavor

@@ -14,13 +14,13 @@ import uuid
 
 import pytest
 
-from rtagent import builder
-from rtagent.metrics import Metrics
 from rtagent.placement import errors, standalone
 from rtagent.placement.client import PlacementClient
 from rtagent.placement.passes.heal import AllocationHealer
 from rtagent.placement.sync import ProviderSync
 from rtagent.placement.tree import Provider, ProviderTree
+from rtagent.service import builder
+from rtagent.service.prometheus import Metrics
 from rtagent.testing.faultproxy import CLOSE, FORWARDED, RESET, FaultProxy
 from rtagent.testing.placement_server import PlacementServer, admin_adapter
 from tests.functional.placement.conftest import allocations_of, get, make_provider, put_allocation

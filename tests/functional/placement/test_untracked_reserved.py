@@ -8,8 +8,8 @@ import uuid
 import libvirt
 import pytest
 
-from rtagent import builder
 from rtagent.cmd.run import apply_conf
+from rtagent.service import builder
 from rtagent.tracker import errors
 from rtagent.tracker.model import Flavor
 from rtagent.virt.libvirt import LibvirtDriver

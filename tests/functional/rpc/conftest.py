@@ -10,12 +10,12 @@ import pytest
 from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import loading, session
 
-from rtagent import builder
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.rpc import transport
 from rtagent.rpc.client import AgentClient
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.server import RPCServer
+from rtagent.service import builder
 from rtagent.testing import rabbitmq
 from rtagent.testing.faultproxy import FaultProxy
 from rtagent.testing.placement_server import PlacementServer

@@ -3,12 +3,12 @@ benchmarks: the libvirt test driver's demo host and a real Placement."""
 
 import os
 
-from rtagent import builder
 from rtagent import conf as rtconf
 from rtagent.rpc import transport
 from rtagent.rpc.client import AgentClient
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.server import RPCServer
+from rtagent.service import builder
 from tests.functional.conftest import DEMO_URI, make_adapter
 
 

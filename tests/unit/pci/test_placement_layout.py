@@ -1,4 +1,4 @@
-"""PCI devices as Placement providers (rtagent.placement.pci), as a table:
+"""PCI devices as Placement providers (rtagent.placement.pci_providers), as a table:
 which provider each device is counted on, its name, resource class,
 traits, total and reserved, every refusal, and the allocations of held
 devices."""
@@ -6,7 +6,7 @@ devices."""
 import pytest
 
 from rtagent.pci import devices, errors, model
-from rtagent.placement import pci
+from rtagent.placement import pci_providers
 from tests.unit.pci.hosts import GPU, PF1, PF2, VF1A, VF1B, VF2A, pf, vf
 
 NODE = "5a3f0c8e-3f4b-4c1e-9d4e-0d7b3c2a1f00"
@@ -23,7 +23,7 @@ def summary(found):
     rows = {}
     for p in found.providers:
         assert p.parent_uuid == NODE
-        assert p.uuid == pci.provider_uuid(NODE, p.name.split("_", 1)[1].lower())
+        assert p.uuid == pci_providers.provider_uuid(NODE, p.name.split("_", 1)[1].lower())
         ((rc, inv),) = p.inventories.items()
         assert (inv.max_unit, inv.allocation_ratio) == (inv.total, 1.0)
         rows[p.name] = (rc, inv.total, inv.reserved, set(p.traits))
@@ -90,7 +90,7 @@ OWN = {"COMPUTE_MANAGED_PCI_DEVICE", "OWNER_NOVA"}
     ],
 )
 def test_providers(pairs, expected):
-    assert summary(pci.layout(table(*pairs), NODE, HOST)) == expected
+    assert summary(pci_providers.layout(table(*pairs), NODE, HOST)) == expected
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_providers(pairs, expected):
 )
 def test_layouts_nova_cannot_model_are_refused(pairs, reason):
     with pytest.raises(errors.PlacementLayoutInvalid) as err:
-        pci.layout(table(*pairs), NODE, HOST)
+        pci_providers.layout(table(*pairs), NODE, HOST)
     assert err.value.code == "pci.placement_layout_invalid"
     assert f"under {PF1} cannot be reported to Placement: {reason}" in str(err.value)
 
@@ -123,11 +123,13 @@ def test_layouts_nova_cannot_model_are_refused(pairs, reason):
 def test_drift_is_reserved_and_a_held_one_time_use_device_reserves_all():
     t = table((vf(VF1A, PF1, 0), {}), (vf(VF1B, PF1, 0), {}), (pf(PF2, 1), {"one_time_use": True}))
     t = devices.claim(t, [VF1A], "domain-by-hand")
-    assert summary(pci.layout(t, NODE, HOST, drift={VF1A}))[f"{HOST}_0000:81:00.0"][2] == 1
-    assert summary(pci.layout(t, NODE, HOST))[f"{HOST}_0000:81:00.0"][2] == 0  # a claim's
-    assert summary(pci.layout(t, NODE, HOST))[f"{HOST}_0000:82:00.0"][1:3] == (1, 0)
+    assert (
+        summary(pci_providers.layout(t, NODE, HOST, drift={VF1A}))[f"{HOST}_0000:81:00.0"][2] == 1
+    )
+    assert summary(pci_providers.layout(t, NODE, HOST))[f"{HOST}_0000:81:00.0"][2] == 0  # a claim's
+    assert summary(pci_providers.layout(t, NODE, HOST))[f"{HOST}_0000:82:00.0"][1:3] == (1, 0)
     t = devices.claim(t, [PF2], "inst")
-    assert summary(pci.layout(t, NODE, HOST))[f"{HOST}_0000:82:00.0"][1:3] == (1, 1)
+    assert summary(pci_providers.layout(t, NODE, HOST))[f"{HOST}_0000:82:00.0"][1:3] == (1, 1)
 
 
 def test_allocations_of_held_devices():
@@ -137,10 +139,10 @@ def test_allocations_of_held_devices():
         (GPU_DEV, {}),
         (pf(PF2, 1), {"physical_network": "p"}),
     )
-    found = pci.layout(t, NODE, HOST)
+    found = pci_providers.layout(t, NODE, HOST)
     assert found.allocations([VF1A, VF1B, GPU, PF2]) == {
-        pci.provider_uuid(NODE, PF1): {"CUSTOM_PCI_8086_154C": 2},
-        pci.provider_uuid(NODE, GPU): {"CUSTOM_PCI_10DE_1DB4": 1},
+        pci_providers.provider_uuid(NODE, PF1): {"CUSTOM_PCI_8086_154C": 2},
+        pci_providers.provider_uuid(NODE, GPU): {"CUSTOM_PCI_10DE_1DB4": 1},
     }  # the physnet PF: not in Placement
     assert found.allocations([]) == {}
 
@@ -148,6 +150,6 @@ def test_allocations_of_held_devices():
 def test_a_device_gone_while_held_stays_counted_until_freed():
     t = devices.claim(table((vf(VF1A, PF1, 0), {}), (vf(VF1B, PF1, 0), {})), [VF1A], "inst")
     t = devices.refresh(t, [(vf(VF1B, PF1, 0), {})])  # VF1A is gone from the host
-    assert summary(pci.layout(t, NODE, HOST))[f"{HOST}_0000:81:00.0"][1] == 2
+    assert summary(pci_providers.layout(t, NODE, HOST))[f"{HOST}_0000:81:00.0"][1] == 2
     t = devices.free(t, "inst")
-    assert summary(pci.layout(t, NODE, HOST))[f"{HOST}_0000:81:00.0"][1] == 1
+    assert summary(pci_providers.layout(t, NODE, HOST))[f"{HOST}_0000:81:00.0"][1] == 1

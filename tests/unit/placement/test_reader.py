@@ -4,8 +4,8 @@ that keeps a child provider under the UUID Placement knows it by."""
 import pytest
 
 from rtagent.placement.reader import same_names
+from rtagent.placement.seen import Listed, PlacementView
 from rtagent.placement.tree import Provider, ProviderTree
-from rtagent.placement.view import Listed, PlacementView
 from rtagent.resources import frozen_map
 
 ROOT = "11111111-1111-1111-1111-111111111111"

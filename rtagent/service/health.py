@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 
-from rtagent import metrics as metricsmod
+from rtagent.service import prometheus as metricsmod
 
 LOG = logging.getLogger(__name__)
 HOST = "127.0.0.1"
@@ -55,7 +55,7 @@ _STOP_JOIN_S = 2.0
 
 class HealthServer:
     """:param check: callable() -> list of reasons (empty when healthy).
-    :param metrics: a :class:`rtagent.metrics.Metrics`.
+    :param metrics: a :class:`rtagent.service.prometheus.Metrics`.
     :param status: callable() -> JSON-able status.
     :param port: TCP port (0: any free port; see ``port``).
     :param host: the IPv4 or IPv6 address to listen on (``::`` also takes

@@ -61,7 +61,7 @@ class Layout:
 
     def allocations(self, held):
         """{provider: {class: amount}} of the devices ``held`` (a claim's
-        :class:`~rtagent.pci.claim.HeldDevice` values, or addresses); a
+        :class:`~rtagent.pci.held.HeldDevice` values, or addresses); a
         device that is not reported counts nowhere."""
         found = {}
         for device in held:

@@ -8,7 +8,7 @@ and reported by /healthz; READY=1 waits for it) -> notifications ->
 READY=1.
 
 Signals: a handler only records what was asked and wakes the main thread
-(:mod:`rtagent.wakeup`); every wait of the main thread is a wait on that
+(:mod:`rtagent.service.wakeup`); every wait of the main thread is a wait on that
 wake-up, after which ordinary code acts: the reload, the Guru Meditation
 report, the shutdown. Starting RPC is :mod:`rtagent.rpc.starter`.
 
@@ -23,12 +23,12 @@ import threading
 import time
 
 from rtagent import exception
-from rtagent.periodic import PeriodicLoop
 from rtagent.placement import errors as placement_errors
 from rtagent.placement import prompt
 from rtagent.rpc import status as statusmod
 from rtagent.rpc.starter import RPCStarter
-from rtagent.wakeup import Wakeup
+from rtagent.service.periodic import PeriodicLoop
+from rtagent.service.wakeup import Wakeup
 
 LOG = logging.getLogger(__name__)
 
@@ -42,10 +42,10 @@ SYNC_GRACE_S = 10.0
 class Daemon:
     """:param conf: the loaded, validated ConfigOpts.
     :param agent: the :class:`rtagent.agent.Agent`.
-    :param metrics: a :class:`rtagent.metrics.Metrics` (its Placement
+    :param metrics: a :class:`rtagent.service.prometheus.Metrics` (its Placement
         observer must already be wired into the agent); the daemon has it
         export the nodes' state and its own sync state.
-    :param trigger: the :class:`rtagent.periodic.Trigger` that event
+    :param trigger: the :class:`rtagent.service.periodic.Trigger` that event
         sources (the hypervisor driver) pull for an early audit.
     :param make_rpc: callable(endpoint) -> an object with start()/stop(),
         or None for no RPC (tests of the loop).
@@ -53,7 +53,7 @@ class Daemon:
     :param publisher: a :class:`rtagent.rpc.notifier.Publisher`, or None.
     :param health: callable(check, status) -> an object with start()/stop()
         and ``port``, or None when the endpoint is off.
-    :param notifier: a :class:`rtagent.systemd.Notifier`.
+    :param notifier: a :class:`rtagent.service.systemd.Notifier`.
     :param reload: callable() -> a new validated ConfigOpts, raising an
         RtagentError or oslo.config error when it is unusable.
     :param apply_conf: callable(new_conf) applying what may change at run time.
@@ -61,7 +61,7 @@ class Daemon:
         durable writes make the agent unhealthy; or None.
     :param report: callable() writing a diagnostic report (SIGUSR2: the
         Guru Meditation Report), run by the main thread; or None.
-    :param wakeup: the :class:`rtagent.wakeup.Wakeup` signal handlers use
+    :param wakeup: the :class:`rtagent.service.wakeup.Wakeup` signal handlers use
         (a new one if None); closed with the daemon.
     """
 

@@ -32,7 +32,7 @@ from oslo_utils import excutils
 
 from rtagent.exception import RtagentError
 from rtagent.nova import (
-    claims,
+    arguments,
     computenode,
     metrics,
     migrations,
@@ -40,7 +40,7 @@ from rtagent.nova import (
     pcicalls,
     pcirows,
     reconcile,
-    requests,
+    tickets,
 )
 from rtagent.nova.link import AgentRefused
 
@@ -464,7 +464,7 @@ class RtagentResourceTracker:
         # the agent's claim is committed and outside nova's lock (nova reads
         # under it), published by the prompt sync if it changed anything.
         self.link.reread(nodename)
-        return claims.Claim(context, instance, nodename, self)
+        return tickets.Claim(context, instance, nodename, self)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _record_claim(self, context, instance, cn, placed):
@@ -548,12 +548,12 @@ class RtagentResourceTracker:
             "instance_claim",
             node_uuid=cn.uuid,
             instance_uuid=instance.uuid,
-            flavor=requests.flavor(flavor),
+            flavor=arguments.flavor(flavor),
             volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
-            project_id=requests.project_id(instance),
-            limits=requests.limits(limits),
+            project_id=arguments.project_id(instance),
+            limits=arguments.limits(limits),
             **numa_request,
-            **requests.pci_args(requests.pci_requests(instance.pci_requests)),
+            **arguments.pci_args(arguments.pci_requests(instance.pci_requests)),
         )
 
     def _adopt(self, context, instance, cn, flavor, topology):
@@ -582,11 +582,11 @@ class RtagentResourceTracker:
             node_uuid=cn.uuid,
             migration_uuid=migration.uuid,
             instance_uuid=instance.uuid,
-            migration_type=requests.move_type(migration),
+            migration_type=arguments.move_type(migration),
             source_node=cn.uuid,
             dest_node=migrations.dest_node_uuid(context, migration),
-            old_flavor=requests.flavor(instance.old_flavor or instance.flavor),
-            new_flavor=requests.flavor(new_flavor),
+            old_flavor=arguments.flavor(instance.old_flavor or instance.flavor),
+            new_flavor=arguments.flavor(new_flavor),
             volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
             **self._numa_request(cn, new_flavor, instance.image_meta),
         )
@@ -747,15 +747,15 @@ class RtagentResourceTracker:
                 node_uuid=cn.uuid,
                 migration_uuid=migration.uuid,
                 instance_uuid=instance.uuid,
-                migration_type=requests.move_type(migration),
+                migration_type=arguments.move_type(migration),
                 source_node=migrations.source_node_uuid(context, migration),
                 dest_node=cn.uuid,
-                old_flavor=requests.flavor(instance.flavor),
-                new_flavor=requests.flavor(new_flavor),
+                old_flavor=arguments.flavor(instance.flavor),
+                new_flavor=arguments.flavor(new_flavor),
                 volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
-                limits=requests.limits(limits),
+                limits=arguments.limits(limits),
                 **self._numa_request(cn, new_flavor, move_image),
-                **requests.pci_args(requests.pci_requests(asked)),
+                **arguments.pci_args(arguments.pci_requests(asked)),
             )
         except AgentRefused as exc:
             if exc.code not in _REFUSED:
@@ -776,7 +776,7 @@ class RtagentResourceTracker:
             with excutils.save_and_reraise_exception():
                 reconcile.step(self.link, "revert_move", cn, migration.uuid)
         self._refresh_node(cn)
-        return claims.MoveClaim(
+        return tickets.MoveClaim(
             context,
             instance,
             nodename,
@@ -968,7 +968,7 @@ class RtagentResourceTracker:
         are claimed under it.
 
         :raises PciDeviceRequestFailed: the agent chose no devices for
-            these requests.
+            these arguments.
         """
         if pci_requests is None or not pci_requests.requests:
             return []

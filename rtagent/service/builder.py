@@ -1,5 +1,5 @@
 """The builder: an agent assembled from configuration (the only place that reads conf;
-the service that runs it is :mod:`rtagent.daemon`).
+the service that runs it is :mod:`rtagent.service.daemon`).
 
 Everything below this module receives plain values (a policy, a URI, an
 adapter), never the ConfigOpts object.

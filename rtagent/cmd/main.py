@@ -26,12 +26,13 @@ from oslo_log import log as logging
 from oslo_reports import opts as gmr_opts
 
 from rtagent import conf as rtconf
-from rtagent import exception, logescape
+from rtagent import exception
 from rtagent.cmd import checks, say_error
 from rtagent.cmd.version import startup_line, version_string
 from rtagent.conf import daemon as daemon_conf
 from rtagent.conf import health as health_conf
 from rtagent.conf import validation
+from rtagent.logs import escape
 from rtagent.rpc import transport
 
 LOG = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ def main(argv=None):
         return EXIT_CONFIG
     # Alias names, spec values and libvirt's texts reach log messages:
     # no raw newline, ESC or bidirectional control in a log line.
-    logescape.install()
+    escape.install()
     try:
         # After logging: a hypervisor that does not answer is a warning.
         checks.check_host(conf)
@@ -161,7 +162,7 @@ def main(argv=None):
 def _dispatch(conf, argv):
     if conf.command.name == "run":
         return _run(conf, argv)
-    from rtagent import builder
+    from rtagent.service import builder
 
     try:
         agent = builder.build_agent(conf)

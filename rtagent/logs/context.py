@@ -4,7 +4,7 @@ oslo.log's formatter takes the request context from oslo.context's
 thread-local store (``RequestContext.update_store``) and then writes
 ``[global_request_id request_id user project ...]`` in each line, from
 whichever module logs (every module logs through the one oslo.log setup of
-``rtagent.cmd.agent``). Each RPC call is handled in one executor thread from
+``rtagent.cmd.main``). Each RPC call is handled in one executor thread from
 start to end, so installing the caller's context at the start of the call
 labels everything logged for it: the endpoint, the tracker, the store, and
 oslo.messaging's reply. The next call on that thread installs its own, so
