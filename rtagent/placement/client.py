@@ -11,9 +11,10 @@ request once more when its connection died before any answer came back
 import logging
 import time
 
+import requests
 from keystoneauth1 import exceptions as ks_exc
 
-from rtagent.placement import errors
+from rtagent.placement import environment, errors
 from rtagent.placement.retry import RetryPolicy
 
 LOG = logging.getLogger(__name__)
@@ -92,6 +93,11 @@ class PlacementClient:
 
     def __init__(self, adapter, observer=None, reconnect=RECONNECT):
         self._adapter = adapter
+        transport = getattr(adapter.session, "session", None)
+        if isinstance(transport, requests.Session):
+            # The environment is read once per endpoint, not per request
+            # (rtagent.placement.environment).
+            environment.read_once(transport)
         self._observer = observer or RequestObserver()
         self._reconnect = reconnect
 
