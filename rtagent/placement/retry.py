@@ -1,14 +1,38 @@
-"""The one retry policy for Placement generation conflicts.
+"""The one retry policy for Placement generation conflicts, on tenacity.
 
 An immutable value: how many attempts, and the jittered pause between them
-("full jitter": uniform in [0, min(cap, base x 2^n)]), so that many agents
-that conflict together do not retry together. Exhaustion raises; it never
-returns a flag for the caller to forget to check.
+("full jitter": uniform in [0, min(cap, base x 2^(n-1))] after attempt n),
+so that many agents that conflict together do not retry together.
+Exhaustion raises; it never returns a flag for the caller to forget to
+check. tenacity runs the attempts; the value only says how.
 """
 
 import dataclasses
 import random
 import time
+
+import tenacity
+
+
+class FullJitter(tenacity.wait_exponential):
+    """tenacity's ``wait_random_exponential`` (uniform in [0, min(cap,
+    base x 2^(n-1))] after attempt n) with the random source injected, so
+    that tests choose the pauses."""
+
+    def __init__(self, base, cap, rng=random.random):
+        super().__init__(multiplier=base, max=cap)
+        self._rng = rng
+
+    def __call__(self, retry_state):
+        return self._rng() * super().__call__(retry_state)
+
+
+def pause(wait, attempt):
+    """The pause ``wait`` (a tenacity wait strategy) makes after failed
+    attempt number ``attempt`` (1-based), outside a tenacity loop."""
+    state = tenacity.RetryCallState(None, None, (), {})
+    state.attempt_number = attempt
+    return wait(state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,30 +50,46 @@ class RetryPolicy:
         if self.max_attempts < 1 or self.base_delay < 0 or self.max_delay < 0:
             raise ValueError(f"invalid retry policy {self}")
 
+    def wait(self, rng=random.random):
+        """The pauses, as a tenacity wait strategy."""
+        return FullJitter(self.base_delay, self.max_delay, rng)
+
     def delay(self, attempt, rng=random.random):
         """Pause (seconds) after failed attempt number ``attempt`` (1-based)."""
-        return rng() * min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
+        return pause(self.wait(rng), attempt)
 
     def call(
         self, fn, retry_on, *, on_retry=None, exhausted=None, sleep=time.sleep, rng=random.random
     ):
         """Run ``fn(attempt)`` until it returns or attempts run out.
 
-        :param retry_on: exception class(es) worth another attempt.
+        :param retry_on: exception class(es) worth another attempt; any
+            other exception propagates at once.
         :param on_retry: callable(exc, attempt) before each pause (to forget
-            stale state, to log, to count).
+            stale state, to log, to count); never after the last attempt.
         :param exhausted: callable(exc, attempts) returning the exception to
-            raise when attempts run out; default re-raises the last one.
+            raise, chained from the last one, when attempts run out; default
+            re-raises the last one.
         """
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                return fn(attempt)
-            except retry_on as exc:
-                if attempt == self.max_attempts:
-                    if exhausted is None:
-                        raise
-                    raise exhausted(exc, attempt) from exc
-                if on_retry is not None:
-                    on_retry(exc, attempt)
-                sleep(self.delay(attempt, rng))
-        raise AssertionError("unreachable: max_attempts >= 1")
+
+        def before_sleep(state):
+            on_retry(state.outcome.exception(), state.attempt_number)
+
+        def give_up(state):
+            exc = state.outcome.exception()
+            raise exhausted(exc, state.attempt_number) from exc
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_attempts),
+            wait=self.wait(rng),
+            retry=tenacity.retry_if_exception_type(retry_on),
+            before_sleep=None if on_retry is None else before_sleep,
+            sleep=sleep,
+            # Out of attempts: the last exception itself, or its mapping.
+            reraise=True,
+            retry_error_callback=None if exhausted is None else give_up,
+        )
+        for attempt in retrying:
+            with attempt:
+                result = fn(attempt.retry_state.attempt_number)
+        return result

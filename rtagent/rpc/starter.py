@@ -14,12 +14,28 @@ import re
 import threading
 import time
 
+import tenacity
+
+from rtagent.placement.retry import FullJitter, pause
+
 LOG = logging.getLogger(__name__)
 
 # A failed start is retried after min(cap, base x 2^(attempts-1)) seconds
-# times a random factor in [0.5, 1].
+# times a random factor in [0.5, 1]: half of the doubling pause fixed, half
+# drawn at random ("equal jitter").
 RETRY_BASE = 1.0
 RETRY_CAP = 30.0
+
+
+def backoff(rng=random.random):
+    """The pauses between attempts, as a tenacity wait strategy.
+
+    The daemon's main thread waits them out (between its calls to
+    :meth:`RPCStarter.begin`), not a tenacity loop: meanwhile it acts on
+    signals, pings the watchdog and reports :meth:`RPCStarter.retry_in`."""
+    half = tenacity.wait_exponential(multiplier=RETRY_BASE / 2, max=RETRY_CAP / 2)
+    return half + FullJitter(RETRY_BASE / 2, RETRY_CAP / 2, rng)
+
 
 # user:password@ in a (multi-host) URL an error message might quote.
 _CREDENTIALS = re.compile(r"(?:(?<=//)|(?<=,))([^:/@,\s]*):[^@/,\s]*@")
@@ -40,7 +56,7 @@ class RPCStarter:
     def __init__(self, make_rpc, on_done, rng=random.random, clock=time.monotonic):
         self._make_rpc = make_rpc
         self._on_done = on_done
-        self._rng = rng
+        self._wait = backoff(rng)
         self._clock = clock
         self.server = None
         self.attempts = 0
@@ -97,7 +113,7 @@ class RPCStarter:
             self.last_error = self._retry_at = None
             return self.server is not None
         cause = scrub(f"{type(self._outcome['error']).__name__}: {self._outcome['error']}")
-        delay = min(RETRY_CAP, RETRY_BASE * 2 ** (self.attempts - 1)) * (0.5 + 0.5 * self._rng())
+        delay = pause(self._wait, self.attempts)
         self._retry_at = self._clock() + delay
         if cause != self.last_error:
             # Once per cause, not once per attempt.

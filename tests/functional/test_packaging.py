@@ -11,6 +11,7 @@ proves every requirement the wheel declares is met there, and
 tests/unit/test_dependencies.py that the declared ones are those imported.
 """
 
+import ast
 import os
 import re
 import subprocess
@@ -97,7 +98,7 @@ def test_the_sdist_carries_tests_docs_and_etc(dist):
         assert path in names, path
 
 
-def test_the_wheel_declares_pyyaml_and_not_retrying(dist):
+def test_the_wheel_declares_pyyaml_and_tenacity_not_retrying(dist):
     _, wheel = dist
     with zipfile.ZipFile(wheel) as whl:
         meta = whl.read(f"rtagent-{VERSION}.dist-info/METADATA").decode()
@@ -109,6 +110,8 @@ def test_the_wheel_declares_pyyaml_and_not_retrying(dist):
     ]
     runtime = [r for r in requires if "extra ==" not in r]
     assert "PyYAML>=6.0" in runtime
+    # tenacity is the one retry library; retrying, unmaintained, is not used.
+    assert any(r.lower().startswith("tenacity>=") for r in runtime), runtime
     assert not any(r.lower().startswith("retrying") for r in requires)
     data = f"rtagent-{VERSION}.data/data/"
     assert data + "share/doc/rtagent/operations.md" in names
@@ -120,6 +123,26 @@ def test_the_wheel_declares_pyyaml_and_not_retrying(dist):
             text = whl.read(name).decode()
             for page in set(re.findall(r"(?:\]\(|`)(?:docs/)?([a-z-]+\.md)", text)):
                 assert docs + page in names, f"{name} links to {page}, not installed"
+
+
+def test_no_module_imports_retrying():
+    """The retries are tenacity's (rtagent.placement.retry); nothing in
+    rtagent/ imports retrying, which nova's extra still installs."""
+    found = []
+    for directory, _dirs, files in os.walk(os.path.join(ROOT, "rtagent")):
+        for name in (n for n in files if n.endswith(".py")):
+            path = os.path.join(directory, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    modules = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    modules = [node.module]
+                else:
+                    continue
+                found += [path for m in modules if m.split(".")[0] == "retrying"]
+    assert found == []
 
 
 def test_the_installed_wheel_runs_version_and_the_config_generator(venv):
