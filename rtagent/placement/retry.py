@@ -13,26 +13,7 @@ import time
 
 import tenacity
 
-
-class FullJitter(tenacity.wait_exponential):
-    """tenacity's ``wait_random_exponential`` (uniform in [0, min(cap,
-    base x 2^(n-1))] after attempt n) with the random source injected, so
-    that tests choose the pauses."""
-
-    def __init__(self, base, cap, rng=random.random):
-        super().__init__(multiplier=base, max=cap)
-        self._rng = rng
-
-    def __call__(self, retry_state):
-        return self._rng() * super().__call__(retry_state)
-
-
-def pause(wait, attempt):
-    """The pause ``wait`` (a tenacity wait strategy) makes after failed
-    attempt number ``attempt`` (1-based), outside a tenacity loop."""
-    state = tenacity.RetryCallState(None, None, (), {})
-    state.attempt_number = attempt
-    return wait(state)
+from rtagent.pauses import FullJitter, pause
 
 
 @dataclasses.dataclass(frozen=True)

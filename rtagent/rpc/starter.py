@@ -16,7 +16,7 @@ import time
 
 import tenacity
 
-from rtagent.placement.retry import FullJitter, pause
+from rtagent.pauses import FullJitter, pause
 
 LOG = logging.getLogger(__name__)
 

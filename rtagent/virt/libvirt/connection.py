@@ -24,7 +24,9 @@ import threading
 import time
 
 import libvirt
+import tenacity
 
+from rtagent.pauses import pause
 from rtagent.virt import errors
 
 LOG = logging.getLogger(__name__)
@@ -122,8 +124,8 @@ class Connection:
         self._opener = opener or libvirt.open
         self._on_open = on_open
         self._clock = clock
-        self._backoff_min = backoff_min
-        self._backoff_max = backoff_max
+        # No jitter: one agent per libvirtd, nothing to spread.
+        self._backoff = tenacity.wait_exponential(multiplier=backoff_min, max=backoff_max)
         self._conn = None
         self._lost = []  # connections libvirt closed under us, closed on our thread
         self._lock = threading.Lock()
@@ -218,8 +220,7 @@ class Connection:
 
     def _open_failed(self, reason):
         self.failures += 1
-        delay = min(self._backoff_max, self._backoff_min * 2 ** (self.failures - 1))
-        self.next_attempt = self._clock() + delay
+        self.next_attempt = self._clock() + pause(self._backoff, self.failures)
         self.available = False
         self.unavailable_reason = reason
 
