@@ -288,25 +288,29 @@ _NOTHING_FROM_XML = ((), frozenset())
 
 def _domain_records(calls, stats, info_cache, hostdev_cache=None):
     records = []
-    seen = set()
-    # This loop runs once per domain on every audit: locals, not lookups.
-    needs_info = domains.needs_info
+    # This loop runs once per domain on every audit: locals, not lookups,
+    # and no per-domain bookkeeping a steady reading does not need.
+    needs_info, state_key = domains.needs_info, domains.STATE
+    cached_info = info_cache.get if info_cache is not None else None
     cached_devices = hostdev_cache.get if hostdev_cache is not None else None
-    append, see = records.append, seen.add
+    info_hits = device_hits = 0
+    append = records.append
     for dom, dom_stats in stats:
         # UUIDString and name are answered from the client-side handle that
         # getAllDomainStats returned: no call to the hypervisor, not counted.
         uuid = dom.UUIDString()
         name = dom.name()
         info = None
+        info_hit = 0
         if needs_info(dom_stats):
             # Only drivers that lack the vcpu/balloon stats groups get here
             # (in practice the test driver); QEMU fills them for every domain,
             # running or shut off. One extra call per domain that is new or
             # whose state changed since the last reading; the cache is
             # emptied on every lifecycle event and reconnection.
-            state = dom_stats.get(domains.STATE)
-            cached = info_cache.get(uuid) if info_cache is not None else None
+            state = dom_stats.get(state_key)
+            cached = cached_info(uuid) if cached_info is not None else None
+            info_hit = cached is not None
             if cached is not None and state is not None and cached[0] == state:
                 info = cached[1]
             else:
@@ -316,21 +320,37 @@ def _domain_records(calls, stats, info_cache, hostdev_cache=None):
                     continue
                 if info_cache is not None and state is not None:
                     info_cache[uuid] = (state, info)
-        from_xml = _NOTHING_FROM_XML
-        if cached_devices is not None:
-            from_xml = cached_devices(uuid)
-            if from_xml is None:
-                xml = calls(f"XML of domain {uuid}", dom.XMLDesc, 0, tolerate=connection.NO_DOMAIN)
-                if xml is None:
-                    continue  # undefined meanwhile
-                from_xml = hostdev_cache[uuid] = (
-                    hostdevs.host_devices(xml),
-                    cputune.pinned_cpus(xml),
-                )
-        see(uuid)
+        if cached_devices is None:
+            append((uuid, name, dom_stats, info, *_NOTHING_FROM_XML))
+            info_hits += info_hit
+            continue
+        from_xml = cached_devices(uuid)
+        if from_xml is not None:
+            device_hits += 1
+        else:
+            xml = calls(f"XML of domain {uuid}", dom.XMLDesc, 0, tolerate=connection.NO_DOMAIN)
+            if xml is None:
+                continue  # undefined meanwhile
+            from_xml = hostdev_cache[uuid] = (
+                hostdevs.host_devices(xml),
+                cputune.pinned_cpus(xml),
+            )
         append((uuid, name, dom_stats, info, *from_xml))
-    for cache in (info_cache, hostdev_cache):
-        if cache is not None:
-            for gone in set(cache) - seen:
-                cache.pop(gone, None)
+        info_hits += info_hit
+    _prune(info_cache, info_hits, records)
+    _prune(hostdev_cache, device_hits, records)
     return records
+
+
+def _prune(cache, hits, records):
+    """Drop from a per-domain cache the domains this reading did not find.
+
+    A cache holds more entries than the reading found in it (``hits``, which
+    count only domains that made a record) only when a domain went, or came
+    and was added: then, and only then, find which went. A steady reading
+    builds no set.
+    """
+    if cache is not None and len(cache) > hits:
+        seen = {record[0] for record in records}
+        for gone in [uuid for uuid in cache if uuid not in seen]:
+            del cache[gone]

@@ -130,6 +130,14 @@ def domains(records, cache=None):
     :raises rtagent.virt.errors.HostReadError: as :func:`domain`.
     """
     previous = cache if cache is not None else {}
+    ordered = getattr(cache, "ordered", None)
+    if ordered is not None:
+        records = records if isinstance(records, (list, tuple)) else list(records)
+        if len(records) == len(previous) and _unchanged(records, previous.get):
+            # As many domains as last time, each found with the same record:
+            # the same set, so last time's tuple holds (readers compare it by
+            # identity). The steady reading stops here, having stored nothing.
+            return ordered
     current = {}
     rebuilt = False
     for record in records:
@@ -145,7 +153,6 @@ def domains(records, cache=None):
         if len(record) > 5 and record[5]:
             dom = dataclasses.replace(dom, pinned_cpus=frozenset(record[5]))
         current[uuid] = (record, dom)
-    ordered = getattr(cache, "ordered", None)
     # Every domain found unchanged, and as many as last time: the same set,
     # so last time's sorted tuple still holds (sorting is O(N log N) a tick).
     if rebuilt or ordered is None or len(current) != len(previous):
@@ -156,3 +163,12 @@ def domains(records, cache=None):
             if isinstance(cache, DomainCache):
                 cache.ordered = ordered
     return ordered
+
+
+def _unchanged(records, cached):
+    """Whether every record is the one cached for its UUID."""
+    for record in records:
+        hit = cached(record[0])
+        if hit is None or hit[0] != record:
+            return False
+    return True
