@@ -9,7 +9,7 @@ caller). The test driver reports the machine's hostname for every host, so
 each connection is put behind :class:`NamedHost`, which answers the host's
 own name and passes every other call through. With a :class:`Broker`, each
 agent also sends the daemon's notifications
-(:class:`rtagent.rpc.notifier.Publisher`, poked after every audit as the
+(:class:`rtagent.rpc.notifications.Notifications`, poked after every audit as the
 daemon pokes it) to a real RabbitMQ, which counts them.
 """
 
@@ -26,7 +26,7 @@ from benchmarks.placement_cost import FLAVOR, host_xml, schedule
 from rtagent import conf as rtconf
 from rtagent.placement.backoff import SyncBackoff
 from rtagent.placement.client import RequestObserver
-from rtagent.rpc import notifier, transport
+from rtagent.rpc import notifications, transport
 from rtagent.service import builder
 from rtagent.service.periodic import PeriodicLoop, Trigger
 from rtagent.testing import rabbitmq
@@ -128,7 +128,7 @@ class Broker:
         self._broker.stop()
 
     def sender(self, host):
-        return notifier.oslo_sender(self._transport, host)
+        return notifications.oslo_sender(self._transport, host)
 
     def messages(self):
         """Messages in the notifications queue (0 before the first)."""
@@ -206,7 +206,7 @@ class FleetAgent:
             make_backoff=lambda: SyncBackoff(window=window),
         )
         if self.broker is not None:
-            self.notifications = notifier.Publisher(
+            self.notifications = notifications.Notifications(
                 self.broker.sender(self.name),
                 self.agent,
                 self.name,

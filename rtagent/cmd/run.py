@@ -7,7 +7,7 @@ import signal
 from rtagent.cmd.version import startup_line, version_string
 from rtagent.conf.validation import ConfigError
 from rtagent.logs import escape
-from rtagent.rpc import notifier as notifiermod
+from rtagent.rpc import notifications as notificationsmod
 from rtagent.rpc import transport
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.server import RPCServer
@@ -35,7 +35,7 @@ def build_and_run(conf, reload_conf):
     wakeup = Wakeup()
     rpc_transport = notify_transport = None
     try:
-        publisher = None
+        notifications = None
         if conf.transport_url:
             rpc_transport = transport.get_transport(conf)
         else:
@@ -44,8 +44,8 @@ def build_and_run(conf, reload_conf):
             LOG.warning("No [DEFAULT] transport_url: RPC and notifications are off")
         if conf.transport_url and conf.daemon.notifications:
             notify_transport = transport.get_notification_transport(conf)
-            publisher = notifiermod.Publisher(
-                notifiermod.oslo_sender(notify_transport, conf.host),
+            notifications = notificationsmod.Notifications(
+                notificationsmod.oslo_sender(notify_transport, conf.host),
                 agent,
                 conf.host,
                 conf.my_ip,
@@ -79,7 +79,7 @@ def build_and_run(conf, reload_conf):
                 else None
             ),
             make_endpoint=make_endpoint,
-            publisher=publisher,
+            notifications=notifications,
             health=make_health if conf.health.enabled else None,
             reload=reload_conf,
             apply_conf=lambda new: apply_conf(conf, new, agent),

@@ -50,7 +50,7 @@ class Daemon:
     :param make_rpc: callable(endpoint) -> an object with start()/stop(),
         or None for no RPC (tests of the loop).
     :param make_endpoint: callable(on_call, on_change, status_of) -> endpoint.
-    :param publisher: a :class:`rtagent.rpc.notifier.Publisher`, or None.
+    :param notifications: a :class:`rtagent.rpc.notifications.Notifications`, or None.
     :param health: callable(check, status) -> an object with start()/stop()
         and ``port``, or None when the endpoint is off.
     :param notifier: a :class:`rtagent.service.systemd.Notifier`.
@@ -74,7 +74,7 @@ class Daemon:
         notifier,
         make_rpc=None,
         make_endpoint=None,
-        publisher=None,
+        notifications=None,
         health=None,
         reload=None,
         apply_conf=None,
@@ -91,7 +91,7 @@ class Daemon:
         self.metrics = metrics
         self.notifier = notifier
         self._make_endpoint = make_endpoint
-        self.publisher = publisher
+        self.notifications = notifications
         self._make_health = health
         self._reload = reload
         self._apply_conf = apply_conf
@@ -168,8 +168,8 @@ class Daemon:
             seconds = self._clock() - self._tick_started
             self._tick_started = None
             self.metrics.record_audit(code, seconds)
-            if self.publisher is not None:
-                self.publisher.poke()
+            if self.notifications is not None:
+                self.notifications.poke()
 
     def sync_state(self):
         """The last audit's outcome (what status and health report).
@@ -388,8 +388,8 @@ class Daemon:
         self.prompt.start()
         if self._rpc is not None and not self._start_rpc():
             return
-        if self.publisher is not None:
-            self.publisher.start()
+        if self.notifications is not None:
+            self.notifications.start()
 
     def _start_rpc(self):
         """Start the RPC server; retry with backoff until it consumes or a
@@ -420,8 +420,8 @@ class Daemon:
         """An RPC call changed ``node_uuid``'s accounting: tell Placement
         and the message bus soon. Never blocks."""
         self.prompt.request(node_uuid)
-        if self.publisher is not None:
-            self.publisher.poke(node_uuid)
+        if self.notifications is not None:
+            self.notifications.poke(node_uuid)
 
     # -- what signals ask for ------------------------------------------------
 
@@ -477,10 +477,10 @@ class Daemon:
             self._join(self._loop_thread, deadline - self._clock())
         # Stopped before the final flush, which syncs every node once more.
         self.prompt.stop(timeout=max(0.1, min(5.0, deadline - self._clock())))
-        if self.publisher is not None:
+        if self.notifications is not None:
             # Stopped before the final flush publishes once more: the
-            # publisher's state is not shared between two threads.
-            self.publisher.stop(timeout=max(0.1, min(5.0, deadline - self._clock())))
+            # notifications's state is not shared between two threads.
+            self.notifications.stop(timeout=max(0.1, min(5.0, deadline - self._clock())))
         if self.loop.runs and not self._loop_thread.is_alive():
             # The last word to Placement: whatever the final calls changed.
             # (Not while a stuck tick still runs: a sync is single-threaded.)
@@ -495,8 +495,8 @@ class Daemon:
             self.agent.audit()
         except exception.RtagentError as exc:
             LOG.warning("Final flush failed (%s): %s", exc.code, exc)
-        if self.publisher is not None:
-            self.publisher.publish_once()
+        if self.notifications is not None:
+            self.notifications.send_once()
 
     def _bounded(self, func, seconds, what):
         """Run ``func`` in a thread; give up waiting after ``seconds``."""

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rtagent.rpc.endpoint import AgentEndpoint
-from rtagent.rpc.notifier import Publisher
+from rtagent.rpc.notifications import Notifications
 from rtagent.service import builder
 from rtagent.service.prometheus import Metrics
 from rtagent.virt.libvirt import LibvirtDriver
@@ -91,8 +91,8 @@ def test_rpc_api_doc_lists_every_field_of_the_view(make_metrics_agent):
 def test_metrics_notification_once_per_reading(make_metrics_agent):
     agent = make_metrics_agent(cpu_metrics=True)
     sent = Sent()
-    publisher = Publisher(sent, agent, "host-1", HOST_IP, interval=3600)
-    publisher.publish_once()
+    notifications = Notifications(sent, agent, "host-1", HOST_IP, interval=3600)
+    notifications.send_once()
     events = dict(sent.take())
     assert set(events) == {
         "rtagent.compute_node.update",
@@ -110,11 +110,11 @@ def test_metrics_notification_once_per_reading(make_metrics_agent):
     assert {m["name"]: m["value"] for m in payload["metrics"]} == EXPECTED
     assert payload["metrics"] == events["rtagent.compute_node.update"]["compute_node"]["metrics"]
 
-    publisher.publish_once()  # no new reading: nothing
+    notifications.send_once()  # no new reading: nothing
     assert sent.take() == []
 
     agent.audit()  # a new reading (its own timestamp); the view is the same
-    publisher.publish_once()
+    notifications.send_once()
     assert [event for event, _ in sent.take()] == ["rtagent.metrics.update"]
 
 
@@ -159,7 +159,7 @@ def test_off_nothing_is_read_sent_or_exported(make_metrics_agent):
     agent = make_metrics_agent(cpu_metrics=False)
     assert view_of(agent)["metrics"] == []
     sent = Sent()
-    Publisher(sent, agent, "host-1", HOST_IP, interval=3600).publish_once()
+    Notifications(sent, agent, "host-1", HOST_IP, interval=3600).send_once()
     assert "rtagent.metrics.update" not in dict(sent.take())
     meter = Metrics()
     meter.watch(agent.nodes.trackers, dict)

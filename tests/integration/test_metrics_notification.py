@@ -4,7 +4,7 @@ host metrics on."""
 
 import pytest
 
-from rtagent.rpc import notifier, transport
+from rtagent.rpc import notifications, transport
 from rtagent.service import builder
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.virt.libvirt import LibvirtDriver
@@ -29,14 +29,14 @@ def test_metrics_update_is_sent_once_per_reading(broker, tmp_path):
         listener.start()
         try:
             agent.audit()
-            publisher = notifier.Publisher(
-                notifier.oslo_sender(notify_transport, conf.host),
+            sender = notifications.Notifications(
+                notifications.oslo_sender(notify_transport, conf.host),
                 agent,
                 conf.host,
                 "192.0.2.10",
                 interval=3600,
             )
-            publisher.publish_once()
+            sender.send_once()
             events = {e[1]: e for e in (collector.next(), collector.next(), collector.next())}
             publisher_id, _, payload = events["rtagent.metrics.update"]
             assert publisher_id == f"rtagent.{conf.host}"
@@ -50,7 +50,7 @@ def test_metrics_update_is_sent_once_per_reading(broker, tmp_path):
             assert {m["source"] for m in payload["metrics"]} == {"libvirt.LibvirtDriver"}
 
             agent.audit()  # a new reading: metrics again, the view unchanged
-            publisher.publish_once()
+            sender.send_once()
             assert [e[1] for e in collector.drain(timeout=2)] == ["rtagent.metrics.update"]
         finally:
             listener.stop()

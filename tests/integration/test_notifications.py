@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from rtagent.rpc import notifier, transport
+from rtagent.rpc import notifications, transport
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.tracker.model import Flavor
 from tests.functional.rpc.harness import ServedAgent, make_conf
@@ -49,20 +49,20 @@ def test_changes_are_notified_and_nothing_else(broker, tmp_path):
         )
         listener.start()
         try:
-            publisher = notifier.Publisher(
-                notifier.oslo_sender(notify_transport, conf.host),
+            sender = notifications.Notifications(
+                notifications.oslo_sender(notify_transport, conf.host),
                 served.agent,
                 conf.host,
                 "192.0.2.10",
                 interval=3600,
             )
-            publisher.publish_once()
+            sender.send_once()
             first = {collector.next()[1], collector.next()[1]}
             assert first == {"rtagent.compute_node.update", "rtagent.instance_info.update"}
 
             uid = str(uuid.uuid4())
             served.agent.tracker.instance_claim(uid, Flavor(1, 128, 1))
-            publisher.publish_once()
+            sender.send_once()
             events = {e[1]: e for e in (collector.next(), collector.next())}
             publisher_id, _, view = events["rtagent.compute_node.update"]
             assert publisher_id == f"rtagent.{conf.host}"
@@ -75,7 +75,7 @@ def test_changes_are_notified_and_nothing_else(broker, tmp_path):
                 "instance_uuids": [uid],
             }
 
-            publisher.publish_once()  # nothing changed: nothing is sent
+            sender.send_once()  # nothing changed: nothing is sent
             assert collector.drain(timeout=2) == []
         finally:
             listener.stop()

@@ -28,7 +28,7 @@ LOG = logging.getLogger(__name__)
 _VOLATILE = ("updated_at", "metrics")
 
 
-class Publisher:
+class Notifications:
     """:param send: callable(event_type, payload); see :func:`oslo_sender`.
     :param agent: the :class:`rtagent.agent.Agent`.
     :param interval: seconds between periodic instance-info syncs.
@@ -52,7 +52,7 @@ class Publisher:
         self.failures = 0
 
     def poke(self, node_uuid=None):
-        """Something may have changed: publish soon. Never blocks."""
+        """Something may have changed: send soon. Never blocks."""
         self._wake.set()
 
     def start(self):
@@ -67,25 +67,25 @@ class Publisher:
 
     def _run(self):
         while not self._stop.is_set():
-            self.publish_once()
+            self.send_once()
             due = self._interval - (self._clock() - self._last_sync)
             self._wake.wait(max(0.0, due))
             self._wake.clear()
 
-    def publish_once(self):
+    def send_once(self):
         """Send what changed since the last pass (and the periodic sync)."""
         periodic = self._last_sync is None or self._clock() - self._last_sync >= self._interval
         if periodic:
             self._last_sync = self._clock()
         for tracker in self._agent.nodes.trackers():
             try:
-                self._publish_node(tracker, periodic)
+                self._send_node(tracker, periodic)
             except Exception:
                 # Notifications are best effort; the next pass retries.
                 self.failures += 1
                 LOG.exception("Notifications for node %s failed", tracker.node_uuid)
 
-    def _publish_node(self, tracker, periodic):
+    def _send_node(self, tracker, periodic):
         snap = tracker.snapshot()
         if snap.host is None:
             return  # not audited yet: nothing true to say
