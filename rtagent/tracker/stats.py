@@ -21,11 +21,6 @@ IO_TASK_STATES = frozenset(
 )
 
 
-def io_workload(instances):
-    """Instances that are building or in a disk/network-heavy task."""
-    return sum(1 for i in instances if i.vm_state == "building" or i.task_state in IO_TASK_STATES)
-
-
 def keys_of(instance):
     """The stats keys ``instance`` counts one in (see :func:`stats`)."""
     keys = [

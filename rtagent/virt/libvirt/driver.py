@@ -304,11 +304,6 @@ class LibvirtDriver(driver.HostDriver):
         return self._connection.unavailable_reason
 
     @property
-    def reconnect_in(self):
-        """Seconds before the next reconnection attempt is allowed (0: now)."""
-        return self._connection.retry_in
-
-    @property
     def managed_traits(self):
         """Every trait this driver could report, so that one it stops
         reporting is removed from Placement (and no others are)."""
