@@ -73,11 +73,15 @@ class HeldDevice:
         }
 
     def to_dict(self):
-        return dataclasses.asdict(self)
+        # Strings and numbers only: no deep copy (dataclasses.asdict's).
+        return {name: getattr(self, name) for name in _HELD_FIELDS}
 
     @classmethod
     def from_dict(cls, data):
         return cls(**data)
+
+
+_HELD_FIELDS = tuple(f.name for f in dataclasses.fields(HeldDevice))
 
 
 def choose(table, requests, instance_cells=None, cell_sockets=None, node_uuid=None, *, held=None):

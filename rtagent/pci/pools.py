@@ -325,7 +325,11 @@ def _spec_matches(spec, view, provider=None):
 
 def _matches(request, dev, node_uuid=None):
     view = _view(dev)
-    provider = provider_uuid(node_uuid, view["address"]) if node_uuid else None
+    # Only a spec naming providers (rp_uuids) looks at the device's: its
+    # UUID (a SHA-1) is not computed for every device of every claim.
+    provider = None
+    if node_uuid and any(spec.get("rp_uuids") for spec in request.specs):
+        provider = provider_uuid(node_uuid, view["address"])
     if not any(_spec_matches(spec, view, provider) for spec in request.specs):
         return False
     # No device provider in Placement checks these yet: check them here.

@@ -4,7 +4,7 @@ from rtagent.pci import held as pci_held
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors, ledger, requests
 from rtagent.tracker.model import RELEASED_VM_STATES
-from rtagent.tracker.pciholds import cell_rank, layout_filter
+from rtagent.tracker.pciholds import DeviceChoice, cell_rank
 from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
 from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
@@ -53,7 +53,8 @@ def claim_instance(
     if ledger.pins_on_shared(state.host, state.policy):
         # nova's upgrade fallback: the pinned vCPUs are allocated as VCPU.
         counted = requests.on_shared_cpus(instance.resources, guest)
-        instance = instance.replace(resources=frozen_map(counted))
+        if counted != dict(instance.resources):
+            instance = instance.replace(resources=frozen_map(counted))
     existing = state.instances.get(instance.uuid)
     if existing is not None:
         if (
@@ -81,21 +82,24 @@ def claim_instance(
         instance_uuid=instance.uuid,
         assigned_request=assigned_request,
     )
-    # A guest already running pinned (claimed after the fact) keeps its CPUs.
-    numa = ensure_numa_fits(
-        state,
-        ctx,
-        guest,
-        instance_uuid=instance.uuid,
-        own_domain=True,
-        running=running_cpus,
-        accept=layout_filter(state, pci_requests, running_devices),
-        cell_rank=cell_rank(state, pci_requests),
-    )
-    pci = ensure_pci_fits(state, pci_requests, numa, running_devices)
-    return state.with_instance(
-        instance.replace(assigned=frozen_map(chosen), numa=numa, pci_devices=pci)
-    )
+    devices = DeviceChoice(state, pci_requests, running_devices)
+    numa = None
+    if guest is not None:
+        # A guest already running pinned (claimed after the fact) keeps its CPUs.
+        numa = ensure_numa_fits(
+            state,
+            ctx,
+            guest,
+            instance_uuid=instance.uuid,
+            own_domain=True,
+            running=running_cpus,
+            accept=devices.allows if pci_requests else None,
+            cell_rank=cell_rank(state, pci_requests),
+        )
+    pci = devices.take(numa)
+    if chosen or numa is not None or pci:
+        instance = instance.replace(assigned=frozen_map(chosen), numa=numa, pci_devices=pci)
+    return state.with_instance(instance)
 
 
 def _holds_requested(existing, pci_requests):

@@ -24,8 +24,7 @@ from rtagent.pci import held as pci_held
 from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger, requests
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
-from rtagent.tracker.pciholds import cell_rank, layout_filter
-from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
+from rtagent.tracker.pciholds import DeviceChoice, cell_rank
 from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
@@ -118,15 +117,16 @@ def start_move(
             instance_uuid=migration.instance_uuid,
             assigned_request=assigned_request,
         )
+        devices = DeviceChoice(state, pci_requests)
         new_numa = ensure_numa_fits(
             state,
             ctx,
             guest,
             instance_uuid=migration.instance_uuid,
-            accept=layout_filter(state, pci_requests),
+            accept=devices.allows if pci_requests else None,
             cell_rank=cell_rank(state, pci_requests),
         )
-        new_pci = ensure_pci_fits(state, pci_requests, new_numa)
+        new_pci = devices.take(new_numa)
         migration = migration.replace(
             new_assigned=frozen_map(chosen), new_numa=new_numa, new_pci=new_pci
         )

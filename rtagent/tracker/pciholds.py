@@ -65,10 +65,56 @@ def ensure_fits(state, requests, numa=None, held=None):
         request order; ``()`` for no request.
     :raises rtagent.pci.errors.DevicesUnavailable: a request cannot be met.
     """
-    if not requests:
-        return ()
-    cells = sorted({f.host_cell for f in numa.fits}) if numa is not None else None
-    return _choose(state, requests, cells, held)
+    return DeviceChoice(state, requests, held).take(numa)
+
+
+class DeviceChoice:
+    """The devices one claim's ``requests`` get on ``state``, by the host
+    cells its guest is placed on: the NUMA fitter asks which layouts allow
+    them (:meth:`allows`, its ``accept``), then the claim takes those of
+    the layout placed (:meth:`take`, as :func:`ensure_fits`).
+
+    The choice is a pure function of the state, the requests, the held
+    devices and the cells, and a DeviceChoice serves one transition of one
+    (immutable) state, so the devices of a layout the fitter accepted are
+    not chosen a second time when the claim takes them.
+    """
+
+    def __init__(self, state, requests, held=None):
+        self._state = state
+        self._requests = requests
+        self._held = held
+        self._found = {}  # host cells (sorted tuple, or None) -> devices
+
+    def take(self, numa):
+        """The devices for a guest whose NUMA claim is ``numa`` (None: no
+        NUMA filtering); ``()`` for no request.
+
+        :raises rtagent.pci.errors.DevicesUnavailable: a request cannot be met.
+        """
+        if not self._requests:
+            return ()
+        return self._chosen(_cells(numa.fits) if numa is not None else None)
+
+    def allows(self, fits):
+        """Whether the requests can be had with the guest on the host cells
+        of ``fits`` (NUMA ``CellFit`` values)."""
+        try:
+            self._chosen(_cells(fits))
+        except pci_errors.DevicesUnavailable:
+            return False
+        return True
+
+    def _chosen(self, cells):
+        found = self._found.get(cells)
+        if found is None:
+            found = _choose(self._state, self._requests, cells, self._held)
+            self._found[cells] = found
+        return found
+
+
+def _cells(fits):
+    return tuple(sorted({f.host_cell for f in fits}))
 
 
 def _choose(state, requests, cells, held=None):
@@ -89,21 +135,3 @@ def cell_rank(state, requests):
         return None
     sign = -1 if requests else 1
     return lambda cell: sign * free.get(cell, 0)
-
-
-def layout_filter(state, requests, held=None):
-    """callable(fits) -> whether ``requests`` can be had with the guest on
-    the host cells of ``fits`` (NUMA ``CellFit`` values), for the NUMA
-    fitter to choose cells the devices allow, as nova's does; None when
-    there is no request."""
-    if not requests:
-        return None
-
-    def accept(fits):
-        try:
-            _choose(state, requests, sorted({f.host_cell for f in fits}), held)
-        except pci_errors.DevicesUnavailable:
-            return False
-        return True
-
-    return accept

@@ -533,5 +533,10 @@ class Store:
             self.state_dir.close()
 
 
+# json.dumps(..., sort_keys=True) makes a new encoder at each call; this
+# one writes the same text.
+_ENCODE = json.JSONEncoder(sort_keys=True).encode
+
+
 def _dump(record):
-    return json.dumps(record.to_dict(), sort_keys=True)
+    return _ENCODE(record.to_dict())

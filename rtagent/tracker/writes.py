@@ -81,13 +81,10 @@ def _meta_changes(old, new):
     meta = []
     if old.disabled != new.disabled:
         meta.append((DISABLED_KEY.format(node=node), new.disabled))
-    if dict(old.placement_ratios) != dict(new.placement_ratios):
-        meta.append(
-            (
-                RATIOS_KEY.format(node=node),
-                json.dumps(dict(new.placement_ratios), sort_keys=True),
-            )
-        )
+    ratios = new.placement_ratios
+    # The same mapping (a claim) is never compared entry by entry.
+    if ratios is not old.placement_ratios and dict(ratios) != dict(old.placement_ratios):
+        meta.append((RATIOS_KEY.format(node=node), json.dumps(dict(ratios), sort_keys=True)))
     if old.failed_builds != new.failed_builds:
         meta.append((FAILED_BUILDS_KEY.format(node=node), str(new.failed_builds)))
     return tuple(meta)
