@@ -72,7 +72,7 @@ def _resources(snapshot):
     """Per resource class: the host's inventory and what claims and
     counted untracked domains use (the fields of API 1.0); ``claims``, the
     figures a claim is checked against (as
-    :func:`rtagent.tracker.state.fit_context` and
+    :func:`rtagent.tracker.fits.fit_context` and
     :func:`rtagent.tracker.ledger.refusals` compute them); ``placement``,
     the inventory the agent sends Placement."""
     policy = snapshot.policy

@@ -3,10 +3,10 @@
 from rtagent.pci import held as pci_held
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors, ledger, requests
+from rtagent.tracker.fits import ensure_fits, ensure_numa_fits
 from rtagent.tracker.model import RELEASED_VM_STATES
 from rtagent.tracker.pciholds import DeviceChoice, cell_rank
 from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
-from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
 def claim_instance(

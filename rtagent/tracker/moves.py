@@ -23,9 +23,9 @@ state unchanged, so a retried call is harmless.
 from rtagent.pci import held as pci_held
 from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger, requests
+from rtagent.tracker.fits import ensure_fits, ensure_numa_fits
 from rtagent.tracker.model import MOVE_TYPES, SELF_CONFIRMING_MOVES, Instance
 from rtagent.tracker.pciholds import DeviceChoice, cell_rank
-from rtagent.tracker.state import ensure_fits, ensure_numa_fits
 
 
 def start_move(

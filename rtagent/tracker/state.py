@@ -1,9 +1,10 @@
-"""A node's whole accounting state as one immutable value, and what a change
-to it must write to the store (:mod:`.changes`).
+"""A node's whole accounting state as one immutable value, and what readers
+get of it (:func:`snapshot_of`, :func:`view_inputs`).
 
 Every tracker operation is a pure function ``NodeState -> NodeState``
 (:mod:`.claims`, :mod:`.moves`, and the ``with_*`` methods here). The
-tracker computes the new state, writes :func:`changes` in one transaction,
+tracker computes the new state, writes its changes (:mod:`.writes`) in one
+transaction,
 and only then adopts it: an operation that fails, or whose write fails,
 leaves nothing behind. Readers take the adopted value by reference, without
 the tracker's lock, since nobody can change it.
@@ -18,26 +19,17 @@ import math
 import types
 
 from rtagent import excerpt
-from rtagent.numa import model as numa_model
 from rtagent.numa import running_pins as numa_running_pins
 from rtagent.numa import usage as numa_usage
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import node as pci_node
-from rtagent.resources import MEMORY_MB, STANDARD_CLASSES, VCPU, frozen_map
-from rtagent.tracker import assigned, errors, ledger, pciholds, requests, rows, stats, untracked
+from rtagent.resources import STANDARD_CLASSES, frozen_map
+from rtagent.tracker import assigned, errors, fallback, ledger, pciholds, rows, stats
 from rtagent.tracker.drift import Drift
 from rtagent.tracker.model import NodeSnapshot
 from rtagent.tracker.sums import InstanceSums
 from rtagent.tracker.table import Table
-
-# Changes and changes() live in their own module; importable from here too.
-from rtagent.tracker.writes import (  # noqa: F401
-    DISABLED_KEY,
-    FAILED_BUILDS_KEY,
-    RATIOS_KEY,
-    Changes,
-    changes,
-)
+from rtagent.tracker.writes import DISABLED_KEY, FAILED_BUILDS_KEY, RATIOS_KEY
 
 
 def _empty():
@@ -250,17 +242,17 @@ class NodeState:
         state = self.replace(**fields)
         if state.host is None:
             return state
-        fallback = ledger.pins_on_shared(state.host, state.policy)
+        pins_on_shared = ledger.pins_on_shared(state.host, state.policy)
         cells = numa_usage.host_cells(
             state.host.numa_cells,
             state.host.cpu_shared_set,
             state.host.cpu_dedicated_set,
             state.policy.reserved_huge_pages,
             state.host.online_cpus,
-            fallback=fallback,
+            fallback=pins_on_shared,
         )
-        if state.host.cpu_dedicated_set and self._left_fallback(state):
-            state = state._pinned_as_pcpu()
+        if state.host.cpu_dedicated_set and fallback.left(self, state):
+            state = fallback.pinned_as_pcpu(state)
         return state.replace(
             **self._pci_fields(state),
             inventories=frozen_map(
@@ -269,42 +261,6 @@ class NodeState:
             numa_cells=cells,
             numa_pins=self._numa_pins(state.host, cells),
         )
-
-    def _left_fallback(self, state):
-        """Whether ``state`` may hold claims of nova's upgrade fallback
-        (pinned vCPUs counted as VCPU) that it must count as PCPU: its
-        first reading after a start, or one where the dedicated set or the
-        policy changed. A steady reading costs nothing."""
-        return (
-            self.host is None
-            or self.host.cpu_dedicated_set != state.host.cpu_dedicated_set
-            or self.policy.pinning_fallback != state.policy.pinning_fallback
-        )
-
-    def _pinned_as_pcpu(self):
-        """This state with the claims made in nova's upgrade fallback
-        counted as claims on ``cpu_dedicated_set`` count them (their pinned
-        vCPUs as PCPU): the agent's half of the VCPU-to-PCPU reshape, once
-        the operator sets ``cpu_dedicated_set``. Placement's half is the
-        sync's (:mod:`rtagent.placement.pinned`). O(instances) when any
-        holds a NUMA claim, else O(moves)."""
-        state = self
-        if self.sums.numa.cells:
-            for instance in self.instances.values():
-                counted = _on_dedicated(instance.resources, instance.numa)
-                if counted is not None:
-                    state = state.with_instance(instance.replace(resources=counted))
-        for move in self.migrations.values():
-            old = _on_dedicated(move.old_resources, move.old_numa)
-            new = _on_dedicated(move.new_resources, move.new_numa)
-            if old is not None or new is not None:
-                # In place, its sequence kept: which move counts is unchanged.
-                counted = move.replace(
-                    old_resources=old if old is not None else move.old_resources,
-                    new_resources=new if new is not None else move.new_resources,
-                )
-                state = state.replace(migrations=state.migrations.set(move.uuid, counted))
-        return state
 
     def _numa_pins(self, host, cells):
         """See ``numa_pins``; this state's when the domains and cells are
@@ -557,142 +513,6 @@ def _check_meta(path, node_uuid, ratios, failed):
 
 # The largest ratio Placement stores (a 32-bit float).
 _MAX_RATIO = 3.4e38
-
-
-@dataclasses.dataclass(frozen=True)
-class FitContext:
-    """What a claim is checked against, besides the state's own holdings.
-
-    :param inventories: resource class -> Inventory (ratios resolved).
-    :param extra_usage: resource mappings used outside any claim (untracked
-        domains, when counted).
-    :param offered: resource class -> identifiers the node offers.
-    """
-
-    inventories: types.MappingProxyType
-    extra_usage: tuple = ()
-    offered: types.MappingProxyType = dataclasses.field(default_factory=_empty)
-
-
-def fit_context(state, count_untracked):
-    """The :class:`FitContext` claims on ``state`` are checked against.
-
-    :raises NodeNotReady: the host was never read.
-    :raises HostUnavailable: the hypervisor cannot be read now.
-    """
-    if state.host is None:
-        raise errors.NodeNotReady(node=state.node_uuid)
-    if state.unavailable is not None:
-        raise errors.HostUnavailable(node=state.node_uuid, reason=state.unavailable)
-    extra = tuple(state.drift.untracked_usage()) if count_untracked else ()
-    if not extra:
-        return FitContext(inventories=state.inventories, offered=state.offered)
-    # Checked as Placement checks it when reserved: reserved, not used
-    # (never both). get_status shows the same (rtagent.rpc.status).
-    invs, counted = untracked.checked(
-        state.inventories, ledger.usage([], extra), state.policy.reserve_untracked
-    )
-    return FitContext(
-        inventories=frozen_map(invs), extra_usage=extra if counted else (), offered=state.offered
-    )
-
-
-def ensure_fits(state, ctx, requested, *, limits, instance_uuid, assigned_request=None):
-    """Check ``requested`` against the state's usage; pick assigned units.
-
-    :returns: {rc: identifiers} chosen for ``assigned_request``.
-    :raises ComputeResourcesUnavailable: it does not fit.
-    """
-    reasons = ledger.refusals(ctx.inventories, state.used(ctx.extra_usage), requested, limits)
-    if reasons:
-        raise errors.ComputeResourcesUnavailable(instance_uuid, reasons)
-    if not assigned_request:
-        return {}
-    return assigned.pick_from(ctx.offered, state.ids_in_use(), assigned_request, instance_uuid)
-
-
-def ensure_numa_fits(
-    state, ctx, guest, *, instance_uuid, own_domain=False, running=None, accept=None, cell_rank=None
-):
-    """Place ``guest`` (a :class:`~rtagent.numa.constraints.GuestTopology`,
-    or None) on the node's NUMA cells, given every NUMA claim the node
-    holds; shared vCPUs and memory overcommit by the node's VCPU and
-    MEMORY_MB ratios, pinned CPUs and pages never. Dedicated CPUs that
-    other domains are pinned to without a claim keeping them are never
-    pinned; with ``own_domain``, an instance whose domain already runs
-    pinned may keep only the dedicated CPUs it is pinned to
-    (:mod:`rtagent.numa.running_pins`), or of ``running`` (the CPUs its caller
-    says it runs on) when given. ``accept(fits)`` picks among the layouts
-    that fit (the claim's PCI devices must be had on them); when it accepts
-    none, the first layout that fits is returned, and the PCI choice on it
-    says why the claim cannot be had. ``cell_rank``: the order in which
-    host cells are tried first (:func:`rtagent.numa.fit.fit`).
-
-    :returns: a :class:`~rtagent.numa.usage.NumaClaim`, or None for no
-        topology.
-    :raises ComputeResourcesUnavailable: no host cell layout fits.
-    """
-    if guest is None:
-        return None
-    if not state.numa_cells:
-        raise errors.ComputeResourcesUnavailable(
-            instance_uuid, ["NUMA: the guest asks for a NUMA topology; the host reports no cells"]
-        )
-    own = None
-    if own_domain:
-        own = state.numa_pins.get(instance_uuid) if running is None else running
-    if own is not None:
-        dedicated = frozenset().union(*(c.pcpuset for c in state.numa_cells))
-        running, own = own, own & dedicated
-    cells = numa_running_pins.for_claim(
-        state.numa_usage(), state.numa_unclaimed(), instance_uuid, own=own
-    )
-    limits = numa_model.Limits(
-        cpu_allocation_ratio=_ratio(ctx.inventories, VCPU),
-        ram_allocation_ratio=_ratio(ctx.inventories, MEMORY_MB),
-    )
-    isolate = guest.emulator_isolate
-    pack = state.policy.numa_pack
-    placed = None
-    if accept is not None:
-        placed = numa_usage.place(
-            guest.cells,
-            cells,
-            limits,
-            emulator_isolate=isolate,
-            pack=pack,
-            accept=accept,
-            cell_rank=cell_rank,
-        )
-    if placed is None:
-        placed = numa_usage.place(
-            guest.cells, cells, limits, emulator_isolate=isolate, pack=pack, cell_rank=cell_rank
-        )
-    if placed is None:
-        reason = numa_usage.refusal(guest.cells, cells, isolate)
-        if own is not None:
-            reason += (
-                f"; the guest runs pinned to CPU(s) {_cpu_list(running)}, and only "
-                f"the dedicated ones ({_cpu_list(own) or 'none'}) may be its claim's"
-            )
-        raise errors.ComputeResourcesUnavailable(instance_uuid, [reason])
-    return placed
-
-
-def _on_dedicated(resources, numa):
-    """``resources`` with pinned vCPUs as PCPU (a frozen mapping), or None
-    when they count them so already (or pin nothing)."""
-    counted = requests.on_dedicated_cpus(resources, numa)
-    return frozen_map(counted) if counted != dict(resources) else None
-
-
-def _cpu_list(cpus):
-    return ",".join(str(c) for c in sorted(cpus))
-
-
-def _ratio(inventories, rc):
-    inv = inventories.get(rc)
-    return inv.allocation_ratio if inv is not None and inv.allocation_ratio else 1.0
 
 
 def snapshot_of(state, count_untracked):

@@ -29,7 +29,7 @@ from rtagent import excerpt
 from rtagent.tracker import errors, identity, statedir
 from rtagent.tracker import rows as rows_check
 from rtagent.tracker.model import Instance, Migration
-from rtagent.tracker.state import Changes
+from rtagent.tracker.writes import Changes
 
 LOG = logging.getLogger(__name__)
 

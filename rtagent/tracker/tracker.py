@@ -29,8 +29,10 @@ from rtagent.pci import errors as pcierrors
 from rtagent.pci import requests as pcirequests
 from rtagent.resources import frozen_map
 from rtagent.tracker import claims, drift, errors, ledger, moves, requests, view
+from rtagent.tracker.fits import fit_context
 from rtagent.tracker.model import Claim, check_uuid
-from rtagent.tracker.state import NodeState, changes, fit_context, snapshot_of, view_inputs
+from rtagent.tracker.state import NodeState, snapshot_of, view_inputs
+from rtagent.tracker.writes import changes
 
 LOG = logging.getLogger(__name__)
 

@@ -5,9 +5,10 @@ import pytest
 
 from rtagent.resources import DISK_GB, MEMORY_MB, VCPU, frozen_map
 from rtagent.tracker import claims, errors, ledger, moves
+from rtagent.tracker.fits import FitContext
 from rtagent.tracker.ledger import ResourcePolicy
 from rtagent.tracker.model import Flavor, Instance, Migration
-from rtagent.tracker.state import FitContext, NodeState
+from rtagent.tracker.state import NodeState
 from rtagent.virt.host import HostView
 
 SRC = "00000000-0000-0000-0000-00000000000a"

@@ -7,10 +7,12 @@ import pytest
 
 from rtagent.resources import MEMORY_MB, VCPU, frozen_map
 from rtagent.tracker import assigned, claims, ledger, moves
+from rtagent.tracker.fits import FitContext
 from rtagent.tracker.ledger import ResourcePolicy
 from rtagent.tracker.model import Flavor, Instance, Migration
-from rtagent.tracker.state import FitContext, NodeState, changes
+from rtagent.tracker.state import NodeState
 from rtagent.tracker.table import MAX_HISTORY, Table
+from rtagent.tracker.writes import changes
 from rtagent.virt.host import HostView
 
 A = "00000000-0000-0000-0000-00000000000a"

@@ -8,8 +8,8 @@ import pytest
 
 from rtagent.tracker import errors, identity
 from rtagent.tracker.model import DISK_GB, VCPU, Flavor, Instance, frozen_map
-from rtagent.tracker.state import Changes
 from rtagent.tracker.store import Store
+from rtagent.tracker.writes import Changes
 
 
 def mode(path):

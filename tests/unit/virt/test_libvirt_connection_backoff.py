@@ -29,7 +29,7 @@ def test_a_failed_open_is_tried_again_after_a_doubling_pause(tmp_path):
         pauses.append(conn.retry_in)
         # Before the pause is over, no open is tried: the same failure.
         clock.now += conn.retry_in - 0.5
-        with pytest.raises(errors.HypervisorUnavailable, match="next attempt in 0.5 s"):
+        with pytest.raises(errors.HypervisorUnavailable, match=r"next attempt in 0\.5 s"):
             conn.get()
         clock.now += 0.5
     assert pauses == [2.0, 4.0, 8.0, 16.0, 20.0, 20.0]
