@@ -3,10 +3,12 @@ with the brute-force oracle over random small cases.
 
 Prints key=value lines, the last a summary:
 
-    host=empty fits_per_s=F us_per_fit=U
-    host=busy pinned_guests=50 fits_per_s=F us_per_fit=U
+    host=empty fits_per_cpu_s=F us_per_fit=U
+    host=busy pinned_guests=50 fits_per_cpu_s=F us_per_fit=U
+    busy_vs_empty=R busy_vs_empty_spread=LO..HI busy_vs_empty_reps=K target<=3 verdict=V
     oracle cases=N agree=A
-    summary busy_vs_empty=R target_ratio=3 oracle_agreement=X target_agreement=1.0 PASS|MISS
+    summary busy_vs_empty=R busy_vs_empty_spread=LO..HI busy_vs_empty_reps=K target_ratio=3
+        oracle_agreement=X target_agreement=1.0 PASS|MISS|VOID
 
 The host: 2 cells (sockets) of 16 cores x 2 threads, 64 threads, all
 dedicated, 64 GiB of 2 MiB and 4 KiB pages. ``busy`` has 50 pinned guests
@@ -23,6 +25,16 @@ Agreement is the share where the fitter finds a fit exactly when the
 oracle says one exists, and the fit it finds obeys every rule; it must be
 1.0.
 
+The fit times are CPU time (``time.process_time``), the two hosts in
+interleaved rounds (``benchmarks.common.spread.interleaved``: empty, busy;
+busy, empty; ...), each round every shape FITS_PER_SHAPE times on each
+host; each round gives one ratio (busy / empty), ``busy_vs_empty`` is the
+median of the rounds' ratios and its ``_spread`` that median's 95%
+confidence interval. PASS when the median is within 3 and the spread's top
+within 3.3 (the target + 10%); MISS when the median is above 3 and the
+spread's bottom above 2.7; VOID otherwise (too busy a machine to tell).
+The agreement is a count: any case short of 1.0 is a MISS.
+
 ``--greedy-require`` (a negative control) replaces the exact search for
 ``require`` with filling the fullest cores in turn; the agreement then
 falls below 1.0 and the run MISSes.
@@ -31,17 +43,19 @@ falls below 1.0 and the run MISSes.
 import argparse
 import os
 import random
+import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import spread
 from benchmarks.common.verdict import run as run_benchmark
 from rtagent.numa import fit, model
 
 TARGET_RATIO = 3.0
 ORACLE_CASES = 2000
-SECONDS = 2.0
+ROUNDS = 100
+FITS_PER_SHAPE = 2
 
 
 def host(busy):
@@ -84,14 +98,25 @@ def guests():
     return shapes
 
 
-def fits_per_second(hosts):
+def fits(hosts):
+    """A callable fitting every shape FITS_PER_SHAPE times on ``hosts``
+    (with and without an emulator CPU in turn); it returns the count."""
     shapes = guests()
-    count, started = 0, time.perf_counter()
-    while time.perf_counter() - started < SECONDS:
-        for shape in shapes:
-            fit.fit(hosts, shape, emulator_isolate=count % 2 == 1)
-            count += 1
-    return count / (time.perf_counter() - started)
+
+    def batch():
+        for count in range(FITS_PER_SHAPE):
+            for shape in shapes:
+                fit.fit(hosts, shape, emulator_isolate=count % 2 == 1)
+
+    return batch, FITS_PER_SHAPE * len(shapes)
+
+
+def fit_cpu_seconds(rounds):
+    """([empty host's CPU seconds per round], [busy host's], fits per batch)."""
+    empty, per_batch = fits(host(busy=False))
+    busy, _ = fits(host(busy=True))
+    empty_s, busy_s = spread.interleaved([empty, busy], rounds)
+    return empty_s, busy_s, per_batch
 
 
 def oracle_agreement(cases):
@@ -148,23 +173,28 @@ def main():
     if args.greedy_require:
         fit._require_counts = greedy_require
     random.seed(0)
-    empty = fits_per_second(host(busy=False))
-    busy = fits_per_second(host(busy=True))
-    print(f"host=empty fits_per_s={empty:.0f} us_per_fit={1e6 / empty:.1f}")
-    print(f"host=busy pinned_guests=50 fits_per_s={busy:.0f} us_per_fit={1e6 / busy:.1f}")
+    empty_s, busy_s, per_batch = fit_cpu_seconds(ROUNDS)
+    empty, busy = statistics.median(empty_s), statistics.median(busy_s)
+    for name, seconds in (("host=empty", empty), ("host=busy pinned_guests=50", busy)):
+        if seconds > 0:
+            print(
+                f"{name} fits_per_cpu_s={per_batch / seconds:.0f} "
+                f"us_per_fit={1e6 * seconds / per_batch:.1f}"
+            )
+    ratio = spread.judge("busy_vs_empty", spread.ratios(busy_s, empty_s), TARGET_RATIO)
+    print(ratio.line())
     cases, agree = oracle_agreement(args.cases)
     print(f"oracle cases={cases} agree={agree}")
     if not cases or not empty or not busy:
         print("summary void=no_measurement VOID")
         return 1
-    ratio = empty / busy
     agreement = agree / cases
-    ok = ratio <= TARGET_RATIO and agreement == 1.0
+    verdict = spread.combine([ratio.verdict, spread.PASS if agreement == 1.0 else spread.MISS])
     print(
-        f"summary busy_vs_empty={ratio:.2f} target_ratio={TARGET_RATIO:.0f} "
-        f"oracle_agreement={agreement:.4f} target_agreement=1.0 {'PASS' if ok else 'MISS'}"
+        f"summary {ratio.fields()} target_ratio={TARGET_RATIO:.0f} "
+        f"oracle_agreement={agreement:.4f} target_agreement=1.0 {verdict}"
     )
-    return 0 if ok else 1
+    return 0 if verdict == spread.PASS else 1
 
 
 if __name__ == "__main__":

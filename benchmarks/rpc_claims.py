@@ -26,6 +26,20 @@ A refusal (a reply with ok=false) or a claim left on the node is a MISS:
 the node has room for every claim. Fewer than MIN_AUDITS audits, a failed
 audit, too few calls, or a machine too busy (MAX_NO_OP_P50_MS) is VOID.
 
+``ratio_p50`` and ``added_p50_ms`` are judged by ``benchmarks.common.spread``
+over windows: each conductor's calls, alternating claim and no-op, are cut
+into WINDOW_S slices, and each slice with at least MIN_PER_WINDOW calls of
+each kind gives one ratio (its claim p50 over its no-op p50) and one
+difference; the figure is the median over the windows, its ``_spread`` that
+median's 95% confidence interval. A window's claims and no-ops ran within
+the same few seconds of the same conductor, so a busier stretch of machine
+falls on both. PASS when the median is within the target and the spread's
+top within the target + 10%; MISS when the median is above it and the
+spread's bottom above the target - 10%; VOID otherwise. The run is a MISS
+if either misses (under load the control's sleep shows in the difference,
+idle in the ratio). ``added_p99_ms`` is over the whole run (a window holds
+too few calls for a p99); the whole-run p50s are printed beside them.
+
 ``--slow-claim-ms N`` is the negative control: it wraps the served
 tracker's ``instance_claim`` with an N ms sleep (outside the tracker's
 lock, as a slower claim path would be); ``--slow-claim-ms 5`` must MISS.
@@ -46,6 +60,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import spread
 from benchmarks.common.verdict import run as run_benchmark
 from rtagent.rpc import transport as rpc_transport
 from rtagent.rpc.endpoint import AgentEndpoint
@@ -76,6 +91,9 @@ TARGETS = {"added_p50_ms": 12.0, "added_p99_ms": 100.0, "ratio_p50": 1.3}
 MAX_NO_OP_P50_MS = 60.0
 MIN_AUDITS = 3
 MIN_CALLS = 200  # per kind: the p99 is then at least the 3rd-largest value
+# The windows of the judged p50 figures (see the docstring).
+WINDOW_S = 2.0
+MIN_PER_WINDOW = 5
 
 # The context key that routes a call to the no-op. Both values have the same
 # length so claims and no-ops are messages of the same size.
@@ -161,7 +179,8 @@ def conductor(index, workdir, url, host, barrier, results):
     process its threads would compete with the server's for the GIL):
     alternate claim and no-op for SECONDS, half of the conductors starting
     with a no-op, and put (index, claim latencies, no-op latencies,
-    {(call, code): refusals}) or (index, error) on ``results``."""
+    {(call, code): refusals}) or (index, error) on ``results``; a latency
+    is (seconds since the start, seconds)."""
     logging.basicConfig(level=logging.WARNING)
     try:
         transport = get_transport(make_conf(workdir, url, host=host), url=url)
@@ -181,15 +200,17 @@ def conductor(index, workdir, url, host, barrier, results):
 
         client.call({}, "ping")  # connect before the clock starts
         barrier.wait(120)
-        end = time.monotonic() + SECONDS
+        start = time.monotonic()
+        end = start + SECONDS
         turn = index % 2
         while time.monotonic() < end:
             kind = (CLAIM, NO_OP)[turn]
             turn ^= 1
             inst = str(uuid.uuid4())
+            at = time.monotonic() - start
             t0 = time.perf_counter()
             call(kind, "instance_claim", instance_uuid=inst, flavor=FLAVOR)
-            timed[kind].append(time.perf_counter() - t0)
+            timed[kind].append((at, time.perf_counter() - t0))
             if kind == CLAIM:
                 # Not timed: it keeps the node from filling up.
                 call(CLAIM, "abort_instance_claim", instance_uuid=inst)
@@ -205,7 +226,9 @@ def measure(served, workdir, url):
     """Run the conductors while audits run back to back.
 
     :returns: (claim latencies, no-op latencies, refusals, auditor), the
-        latencies in seconds, refusals as {(call, code): count}.
+        latencies in seconds, refusals as {(call, code): count}; the
+        latencies per conductor and window: {(conductor, window): {kind:
+        [seconds]}}.
     :raises RuntimeError: a conductor failed (the run is void).
     """
     ctx = multiprocessing.get_context("spawn")
@@ -231,11 +254,28 @@ def measure(served, workdir, url):
     if failed:
         raise RuntimeError(f"conductor {failed[0][0]} failed: {failed[0][1]}")
     claims, no_ops, refusals = [], [], collections.Counter()
-    for _, mine_claims, mine_no_ops, refused in outcomes:
-        claims.extend(mine_claims)
-        no_ops.extend(mine_no_ops)
+    windows = collections.defaultdict(lambda: {CLAIM: [], NO_OP: []})
+    for index, mine_claims, mine_no_ops, refused in outcomes:
+        for kind, mine in ((CLAIM, mine_claims), (NO_OP, mine_no_ops)):
+            for at, seconds in mine:
+                windows[(index, int(at // WINDOW_S))][kind].append(seconds)
+        claims.extend(seconds for _, seconds in mine_claims)
+        no_ops.extend(seconds for _, seconds in mine_no_ops)
         refusals.update(refused)
-    return claims, no_ops, refusals, auditor
+    return claims, no_ops, refusals, auditor, windows
+
+
+def per_window(windows):
+    """([claim p50 / no-op p50], [claim p50 - no-op p50, ms]), one of each
+    per window holding at least MIN_PER_WINDOW calls of each kind."""
+    ratios, added = [], []
+    for calls in windows.values():
+        if min(len(calls[CLAIM]), len(calls[NO_OP])) < MIN_PER_WINDOW:
+            continue
+        c50, n50 = statistics.median(calls[CLAIM]), statistics.median(calls[NO_OP])
+        ratios.append(c50 / n50)
+        added.append((c50 - n50) * 1000)
+    return ratios, added
 
 
 def warm_up(served, url):
@@ -291,7 +331,9 @@ def main():
                 served.endpoint.no_op_result = warm_up(served, broker.transport_url)
                 if args.slow_claim_ms:
                     slow_down_claims(served.agent.tracker, args.slow_claim_ms)
-                claims, no_ops, refusals, auditor = measure(served, workdir, broker.transport_url)
+                claims, no_ops, refusals, auditor, windows = measure(
+                    served, workdir, broker.transport_url
+                )
                 left_on_node = len(served.agent.tracker.snapshot().instances)
             finally:
                 served.stop()
@@ -300,7 +342,10 @@ def main():
 
     c50, c99 = pct(claims, 0.5) * 1000, pct(claims, 0.99) * 1000
     n50, n99 = pct(no_ops, 0.5) * 1000, pct(no_ops, 0.99) * 1000
-    added50, added99, ratio = c50 - n50, c99 - n99, c50 / n50
+    added99 = c99 - n99
+    window_ratios, window_added = per_window(windows)
+    ratio = spread.judge("ratio_p50", window_ratios, TARGETS["ratio_p50"])
+    added = spread.judge("added_p50_ms", window_added, TARGETS["added_p50_ms"])
     refused = sum(refusals.values())
     audits = len(auditor.seconds)
 
@@ -315,9 +360,12 @@ def main():
     print(f"claim_p99_ms={c99:.2f}")
     print(f"no_op_p50_ms={n50:.2f}")
     print(f"no_op_p99_ms={n99:.2f}")
-    print(f"added_p50_ms={added50:.2f}")
+    print(f"run_added_p50_ms={c50 - n50:.2f}")
     print(f"added_p99_ms={added99:.2f}")
-    print(f"ratio_p50={ratio:.3f}")
+    print(f"run_ratio_p50={c50 / n50:.3f}")
+    print(f"windows={len(windows)} window_s={WINDOW_S:g} judged_windows={ratio.reps}")
+    print(added.line())
+    print(ratio.line(digits=3))
     print(f"refusals={refused}")
     for (what, code), count in sorted(refusals.items()):
         print(f"refused {what} {code}={count}")
@@ -329,15 +377,10 @@ def main():
     for error in auditor.errors[:3]:
         print(f"audit_error {error}")
 
-    missed = [
-        name
-        for name, value in (
-            ("added_p50_ms", added50),
-            ("added_p99_ms", added99),
-            ("ratio_p50", ratio),
-        )
-        if value > TARGETS[name]
-    ]
+    missed = [j.name for j in (added, ratio) if j.verdict == spread.MISS]
+    undecided = [j.name for j in (added, ratio) if j.verdict == spread.VOID]
+    if added99 > TARGETS["added_p99_ms"]:
+        missed.append("added_p99_ms")
     if refused:
         missed.append("refusals")
     if left_on_node:
@@ -349,17 +392,25 @@ def main():
         or n50 > MAX_NO_OP_P50_MS
     )
     # A refusal or a claim left behind is wrong whatever the load; latency
-    # figures count only from a valid run.
+    # figures count only from a valid run, and a p50 figure whose spread
+    # straddles its target (undecided) leaves the run VOID unless the other
+    # missed.
     wrong = refused or left_on_node
-    verdict = "MISS" if wrong or (missed and not void) else ("VOID" if void else "PASS")
+    if wrong or (missed and not void):
+        verdict = "MISS"
+    elif void or undecided:
+        verdict = "VOID"
+    else:
+        verdict = "PASS"
     print(
-        f"summary added_p50_ms={added50:.2f} (target <= {TARGETS['added_p50_ms']:g}) "
+        f"summary {added.fields()} (target <= {TARGETS['added_p50_ms']:g}) "
         f"added_p99_ms={added99:.2f} (target <= {TARGETS['added_p99_ms']:g}) "
-        f"ratio_p50={ratio:.3f} (target <= {TARGETS['ratio_p50']:g}) "
+        f"{ratio.fields(digits=3)} (target <= {TARGETS['ratio_p50']:g}) "
         f"claim_p50_ms={c50:.2f} no_op_p50_ms={n50:.2f} (void over {MAX_NO_OP_P50_MS:g}) "
         f"refusals={refused} (target 0) "
         f"audits={audits} (needs >= {MIN_AUDITS}) claims={len(claims)} no_ops={len(no_ops)} "
-        f"(need >= {MIN_CALLS} each){' missed=' + ','.join(missed) if missed else ''} {verdict}"
+        f"(need >= {MIN_CALLS} each){' missed=' + ','.join(missed) if missed else ''}"
+        f"{' void=' + ','.join(undecided) if undecided and not missed else ''} {verdict}"
     )
     return 0 if verdict == "PASS" else 1
 
