@@ -93,7 +93,9 @@ class PlacementClient:
 
     def __init__(self, adapter, observer=None, reconnect=RECONNECT):
         self._adapter = adapter
-        transport = getattr(adapter.session, "session", None)
+        # keystoneauth's Adapter -> Session -> requests.Session; an adapter
+        # of another shape (a test's wrapper) is left as it is.
+        transport = getattr(getattr(adapter, "session", None), "session", None)
         if isinstance(transport, requests.Session):
             # The environment is read once per endpoint, not per request
             # (rtagent.placement.environment).
