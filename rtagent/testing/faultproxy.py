@@ -110,6 +110,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._faults = []
         self._exchanges = []
+        self._arrived = []
         self._open = {}
         self._accepted = 0
         self._server = None
@@ -201,15 +202,25 @@ class FaultProxy:
             return list(self._exchanges)
 
     @property
+    def arrived(self):
+        """Every request received, as (method, path), in order of arrival:
+        also those held or still in flight, which :attr:`exchanges` records
+        only once they end (a copy)."""
+        with self._lock:
+            return list(self._arrived)
+
+    @property
     def connections(self):
         """Client connections accepted so far."""
         with self._lock:
             return self._accepted
 
     def clear(self):
-        """Forget the recorded exchanges (connection numbers keep counting)."""
+        """Forget the recorded exchanges and arrivals (connection numbers
+        keep counting)."""
         with self._lock:
             self._exchanges = []
+            self._arrived = []
 
     # -- used by the handler -----------------------------------------------
 
@@ -267,6 +278,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
+        with proxy._lock:
+            proxy._arrived.append((self.command, self.path))
         proxy._flowing.wait()
         if proxy._stopping:
             self._drop(CLOSE)

@@ -5,7 +5,6 @@ is written (the limits are in :mod:`rtagent.placement.provider_config`)."""
 import os
 import resource
 import subprocess
-import time
 
 import pytest
 
@@ -61,7 +60,7 @@ def test_a_hostile_provider_config_is_one_short_line_and_exit_2(tmp_path, text, 
     path = configs / "node.yaml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     conf = write_conf(tmp_path, extra=f"[compute]\nprovider_config_location = {configs}\n")
-    started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(
         [RTAGENT, "--config-file", str(conf), "audit"],
         capture_output=True,
@@ -72,11 +71,15 @@ def test_a_hostile_provider_config_is_one_short_line_and_exit_2(tmp_path, text, 
         # the rtagent this test imported (a scratch tree on PYTHONPATH too)
         env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(rtagent.__file__))},
     )
-    elapsed = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and len(result.stderr) < 2048, result.stderr[:2000]
     assert lines[0].startswith(f"rtagent: error: Provider config {path}: "), lines[0]
     assert message in lines[0], lines[0]
-    assert elapsed < 15, elapsed  # start-up itself is about a second
+    # "At once": the command's CPU seconds, which a loaded machine does not
+    # stretch as it does wall time (1.1-1.6 s measured, start-up included;
+    # the run's timeout above only catches a hang).
+    assert cpu < 15, cpu
     assert not (tmp_path / "state").exists()

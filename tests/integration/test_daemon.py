@@ -24,7 +24,14 @@ from tests.functional.rpc.harness import DEMO_URI, bounded_call, make_conf
 pytestmark = pytest.mark.integration
 
 RTAGENT = os.path.join(os.path.dirname(sys.executable), "rtagent")
-STOP_BOUND_S = 25
+# [daemon] shutdown_timeout below. A stop within it is judged by the
+# agent's own account (it logs each step that outlived the timeout), not by
+# wall time, which a loaded machine stretches.
+SHUTDOWN_TIMEOUT_S = 15
+# Only a hang guard: over 10 x what a stop takes here (2.8 s under a load
+# of 10) and beyond shutdown_timeout plus its few seconds.
+STOP_GUARD_S = 60
+OUTLIVED = "did not finish within the shutdown timeout"
 
 
 class Notifications:
@@ -95,7 +102,7 @@ placement_refresh_interval = 0
 placement_retry_window = 5
 [daemon]
 startup_delay = 0.5
-shutdown_timeout = 15
+shutdown_timeout = {SHUTDOWN_TIMEOUT_S}
 [health]
 port = {self.port}
 {extra}"""
@@ -113,7 +120,9 @@ port = {self.port}
             env=env,
         )
         if wait_ready:
-            self.notify.wait_for("READY", "1", timeout=60)
+            # Only a hang guard: a start takes 2 to 3 s idle, and over 60 s
+            # was seen while two test runs and benchmarks loaded the machine.
+            self.notify.wait_for("READY", "1", timeout=180)
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
@@ -192,10 +201,9 @@ def test_notify_health_metrics_and_sigterm_keeps_claims(run_agent, tmp_path):
     node = json.loads(body)["nodes"][0]
     assert node["instances"] >= 1 and node["resources"]["VCPU"]["allocation_ratio"] == 16.0
 
-    started = time.monotonic()
     agent.proc.send_signal(signal.SIGTERM)
-    assert agent.proc.wait(STOP_BOUND_S) == 0
-    assert time.monotonic() - started < STOP_BOUND_S
+    assert agent.proc.wait(STOP_GUARD_S) == 0
+    assert OUTLIVED not in agent.logs()
     agent.notify.wait_for("STOPPING", "1", timeout=1)
 
     # Restarted over the same state directory: the acknowledged claim is there.

@@ -32,14 +32,18 @@ from rtagent.rpc.transport import get_transport
 from rtagent.testing import rabbitmq
 from tests.functional.rpc.harness import bounded_call, make_conf
 from tests.integration.conftest import require
-from tests.integration.test_daemon import Agent, wait_until
+from tests.integration.test_daemon import OUTLIVED, Agent, wait_until
 
 pytestmark = pytest.mark.integration
 
 SHUTDOWN_TIMEOUT_S = 10
 # The process exits "after at most shutdown_timeout plus a few seconds"
-# ([daemon] shutdown_timeout's help): interpreter and transport teardown.
-EXIT_SLACK_S = 5
+# ([daemon] shutdown_timeout's help): judged by the agent's own account
+# (OUTLIVED logged for a step that outlived the timeout), not by wall time,
+# which a loaded machine stretches. Only a hang guard: over 10 x what a
+# stop takes here (2.9 to 4.5 s under a load of 10), beyond
+# shutdown_timeout and its slack.
+STOP_GUARD_S = 60
 FLAVOR = {"vcpus": 1, "memory_mb": 256}
 
 
@@ -230,7 +234,9 @@ def test_signal_storm_during_claims(tmp_path, broker, placement, agents, name):
         if name != "SIGTERM":
             storm_started = time.monotonic()
             took = storm(agent.proc.pid, signum)
-            assert took < 1.0
+            # Only a hang guard: 10 x the storm's 0.2 s (the loop catches up
+            # when descheduled; a slower storm is still a storm).
+            assert took < 2.0, took
             # The main thread is free: it pings the watchdog again, and
             # claims keep being answered, during the storm's effects and after.
             drain(agent.notify)
@@ -248,15 +254,14 @@ def test_signal_storm_during_claims(tmp_path, broker, placement, agents, name):
             assert healthz(agent)[0] == 200
         claims.stop()
         assert claims.errors == [], claims.errors[:5]
+        # Only a hang guard: a claim takes milliseconds, during the storm too.
         assert max(seconds for _, seconds, _ in claims.answered) < 10
-        stop_started = time.monotonic()
         if name == "SIGTERM":
             storm(agent.proc.pid, signum)
         else:
             agent.proc.send_signal(signal.SIGTERM)
-        assert agent.proc.wait(SHUTDOWN_TIMEOUT_S + EXIT_SLACK_S + 30) == 0
-        took = time.monotonic() - stop_started
-        assert took < SHUTDOWN_TIMEOUT_S + EXIT_SLACK_S, took
+        assert agent.proc.wait(STOP_GUARD_S) == 0
+        assert OUTLIVED not in agent.logs()
     finally:
         claims.stop()
     if name == "SIGHUP":

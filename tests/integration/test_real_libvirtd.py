@@ -202,8 +202,9 @@ def test_hung_libvirtd_fails_the_reading_by_keepalive(libvirtd, guests, driver):
         started = time.monotonic()
         with pytest.raises(errors.HypervisorUnavailable):
             driver.read_host()
-        # keepalive (1 s, 2 pings): about 3 s, never forever.
-        assert time.monotonic() - started < 15
+        # keepalive (1 s, 2 pings): about 3 s, never forever; the bound only
+        # catches a hang (10 x).
+        assert time.monotonic() - started < 30
         assert not driver.available
     finally:
         os.kill(libvirtd.libvirtd.pid, signal.SIGCONT)

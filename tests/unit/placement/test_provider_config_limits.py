@@ -78,9 +78,9 @@ source = pc.ProviderConfigSource(sys.argv[1], pc.load(sys.argv[1]))
 open(sys.argv[2], "w").write(sys.argv[3])
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 tracemalloc.start()
-started = time.monotonic()
+started = time.process_time()  # CPU: what expanding burns, whatever else runs
 adopted = source.reload()
-seconds = time.monotonic() - started
+seconds = time.process_time() - started
 peak = tracemalloc.get_traced_memory()[1]
 tracemalloc.stop()
 print(json.dumps({
@@ -102,6 +102,7 @@ print(json.dumps({
     assert child.returncode == 0, child.stderr[-2000:]
     result = json.loads(child.stdout)
     assert result["adopted"] is False and result["kept"] == [4]
+    # CPU seconds; 2 ms measured, so only expanding the bomb comes near.
     assert result["seconds"] < 0.5, result["seconds"]
     assert result["peak"] < 16 << 20, result["peak"]
     assert result["rss_kib"] < 64 << 10, result["rss_kib"]
