@@ -11,7 +11,6 @@ proves every requirement the wheel declares is met there, and
 tests/unit/test_dependencies.py that the declared ones are those imported.
 """
 
-import ast
 import os
 import re
 import subprocess
@@ -25,6 +24,7 @@ import pytest
 
 from tests.functional.conftest import ROOT
 from tests.requirements import require
+from tests.unit.test_dependencies import imports
 
 # python -m build writes rtagent.egg-info and a staging directory into the
 # checkout, so the module's builds must not run side by side: make test's
@@ -128,20 +128,7 @@ def test_the_wheel_declares_pyyaml_and_tenacity_not_retrying(dist):
 def test_no_module_imports_retrying():
     """The retries are tenacity's (rtagent.placement.retry); nothing in
     rtagent/ imports retrying, which nova's extra still installs."""
-    found = []
-    for directory, _dirs, files in os.walk(os.path.join(ROOT, "rtagent")):
-        for name in (n for n in files if n.endswith(".py")):
-            path = os.path.join(directory, name)
-            with open(path, encoding="utf-8") as f:
-                tree = ast.parse(f.read(), path)
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    modules = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    modules = [node.module]
-                else:
-                    continue
-                found += [path for m in modules if m.split(".")[0] == "retrying"]
+    found = [path for path, module in imports("rtagent") if module == "retrying"]
     assert found == []
 
 

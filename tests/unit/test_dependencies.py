@@ -32,11 +32,9 @@ def declared():
     return runtime, test
 
 
-def imported(*tops, exclude=()):
-    """Top-level third-party module names imported anywhere under ``tops``
-    (in functions too), mapped to the distributions that provide them."""
-    provided = metadata.packages_distributions()
-    found = {}
+def imports(*tops, exclude=()):
+    """(path, top-level module name) of every absolute import anywhere under
+    ``tops`` (in functions too), paths under ``exclude`` left out."""
     for top in tops:
         for directory, _dirs, files in os.walk(os.path.join(ROOT, top)):
             if any(directory.startswith(os.path.join(ROOT, e)) for e in exclude):
@@ -57,21 +55,22 @@ def imported(*tops, exclude=()):
                     else:
                         continue
                     for module in modules:
-                        first = module.split(".")[0]
-                        if first in sys.stdlib_module_names or first in (
-                            "rtagent",
-                            "tests",
-                            "benchmarks",
-                            "tools",
-                        ):
-                            continue
-                        if os.path.exists(os.path.join(directory, first + ".py")):
-                            continue  # a script's module beside it (tools/)
-                        dists = provided.get(first)
-                        assert dists, f"{path}: no installed distribution provides {first}"
-                        found.setdefault(normalise(dists[0]), set()).add(
-                            os.path.relpath(path, ROOT)
-                        )
+                        yield path, module.split(".")[0]
+
+
+def imported(*tops, exclude=()):
+    """Top-level third-party module names imported anywhere under ``tops``
+    (in functions too), mapped to the distributions that provide them."""
+    provided = metadata.packages_distributions()
+    found = {}
+    for path, first in imports(*tops, exclude=exclude):
+        if first in sys.stdlib_module_names or first in ("rtagent", "tests", "benchmarks", "tools"):
+            continue
+        if os.path.exists(os.path.join(os.path.dirname(path), first + ".py")):
+            continue  # a script's module beside it (tools/)
+        dists = provided.get(first)
+        assert dists, f"{path}: no installed distribution provides {first}"
+        found.setdefault(normalise(dists[0]), set()).add(os.path.relpath(path, ROOT))
     return found
 
 
