@@ -5,8 +5,9 @@ the code: ``[group] option`` references with the options rtagent registers
 (the generator's namespaces, as the sample config lists them), ``make``
 targets with the Makefile, ``rtagent <command>`` with the command's
 subparsers, local links and quoted section names with the files and their
-headings (anchors as GitHub makes them), and RPC versions with
-``rtagent.rpc.transport.API_VERSION`` and the contract's version history.
+headings (anchors as GitHub makes them), RPC versions with
+``rtagent.rpc.transport.API_VERSION`` and the contract's version history,
+and the tree's paths and rtagent's dotted module names with the files.
 A failure names the file, the line and what it names.
 """
 
@@ -467,6 +468,76 @@ def test_versions_named_beside_what_they_added_agree():
     assert not problems, "versions that disagree with the contract:\n" + "\n".join(problems)
 
 
+# -- paths and modules of the tree ------------------------------------------
+
+# A file of the tree named by its path, or a module of rtagent by its dotted
+# name (``rtagent.placement.seen``), in prose or code. Dotted names that are
+# not modules: notification event types, and names under a module (a class,
+# a function) which the module's presence vouches for.
+_PATH = re.compile(r"(?<![\w/.-])((?:rtagent|tests|tools|benchmarks|docs|etc)/[\w./-]*\w)")
+_DOTTED = re.compile(r"(?<![\w./-])(rtagent(?:\.[a-z_][a-z0-9_]*)+)")
+# The state directory's files, and notification event types.
+NOT_MODULES = frozenset(
+    {
+        "rtagent.sqlite",
+        "rtagent.store_id",
+        "rtagent.lock",
+        "rtagent.compute_node",
+        "rtagent.metrics.update",
+        "rtagent.instance_info",
+    }
+)
+
+
+def path_references():
+    """(doc, line, path) of each path of the tree a document names."""
+    for doc in docs():
+        text = doc.path.read_text()
+        for m in _PATH.finditer(text):
+            yield doc, text.count("\n", 0, m.start()) + 1, m.group(1).rstrip(".")
+
+
+def module_references():
+    """(doc, line, dotted name) of each rtagent module name a document uses."""
+    for doc in docs():
+        text = doc.path.read_text()
+        for m in _DOTTED.finditer(text):
+            yield doc, text.count("\n", 0, m.start()) + 1, m.group(1)
+
+
+def _is_module(dotted):
+    parts = dotted.split(".")
+    # The longest prefix that is a module or a package: a module may be
+    # followed by a name it defines (a function, a method); a package by
+    # nothing (its lowercase names are its modules).
+    for end in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:end])
+        if base.with_suffix(".py").is_file():
+            return len(parts) - end <= 2
+        if (base / "__init__.py").is_file():
+            return end == len(parts)
+    return False
+
+
+def test_every_path_named_exists():
+    missing = [
+        f"{doc.name}:{line}: {path}"
+        for doc, line, path in path_references()
+        if not (ROOT / path).exists() and not any(ch in path for ch in "*<{")
+    ]
+    assert not missing, "paths that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_module_named_exists():
+    missing = [
+        f"{doc.name}:{line}: {name}"
+        for doc, line, name in module_references()
+        if not any(name == n or name.startswith(n + ".") for n in NOT_MODULES)
+        and not _is_module(name)
+    ]
+    assert not missing, "modules that do not exist:\n" + "\n".join(missing)
+
+
 # -- the README's layout ---------------------------------------------------
 
 
@@ -509,3 +580,5 @@ def test_the_checks_find_what_they_check():
     assert len({t for _d, _l, t in make_references()}) >= 10
     assert len(list(command_references())) > 20
     assert len(list(version_references())) > 30
+    assert len(list(path_references())) > 100
+    assert len(list(module_references())) > 50
