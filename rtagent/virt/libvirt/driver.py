@@ -122,6 +122,7 @@ class LibvirtDriver(driver.HostDriver):
         self._hostdev_cache = {}
         self._node_devices = facts.NodeDeviceCache()
         self._domain_cache = domains.DomainCache()
+        self._domain_reading = facts.DomainReading()
         # (input, result) of the last reading's derivations that are O(N) or
         # parse XML: a steady reading has the same inputs and reuses them.
         self._overcommit = (None, 0)
@@ -164,6 +165,7 @@ class LibvirtDriver(driver.HostDriver):
                 self._hostdev_cache,
                 cpu_stats=self._cpu_metrics,
                 node_device_cache=self._node_devices,
+                domain_reading=self._domain_reading,
             )
         finally:
             self.last_call_count = calls.count
@@ -367,12 +369,16 @@ class LibvirtDriver(driver.HostDriver):
         self.events_received += 1
         self._info_cache.clear()
         self._hostdev_cache.pop(dom.UUIDString(), None)
+        # After the caches: a reading that takes the new epoch finds them
+        # emptied.
+        self._domain_reading.forget()
         LOG.debug("libvirt lifecycle event %s/%s for domain %s", event, detail, dom.name())
         self._notify()
 
     def _on_device(self, _conn, dom, device, _opaque):
         self.events_received += 1
         self._hostdev_cache.pop(dom.UUIDString(), None)
+        self._domain_reading.forget()
         LOG.debug("libvirt device event for domain %s (%s)", dom.name(), device)
         self._notify()
 

@@ -240,3 +240,63 @@ def test_a_domain_gone_and_defined_again_is_read_anew(tmp_path):
         assert len(opened) == 1
     finally:
         driver.close()
+
+
+def test_a_steady_reading_reads_no_domain_again(demo, monkeypatch):
+    # Nothing changed: the facts' records of the last reading are reused
+    # whole (compared as lists, no per-domain pass), and so is the domain
+    # tuple built from them.
+    from rtagent.virt.libvirt import facts
+
+    first = demo.read_host().domains
+    passes = []
+    per_domain = facts._domain_records
+
+    def counted(*args, **kwargs):
+        passes.append(1)
+        return per_domain(*args, **kwargs)
+
+    monkeypatch.setattr(facts, "_domain_records", counted)
+    assert demo.read_host().domains is first
+    assert passes == []
+    # A domain paused is a change in its stats: read again (a file host is
+    # private to its connection: paused through the driver's own).
+    demo._connection.get().lookupByUUIDString(DEMO_DOMAINS[0][0]).suspend()
+    states = {d.uuid: d.state for d in demo.read_host().domains}
+    assert passes == [1]
+    assert states[DEMO_DOMAINS[0][0]] == host.DOMAIN_PAUSED
+
+
+def test_a_domain_redefined_with_the_same_stats_is_read_anew(tmp_path):
+    # A shut-off domain defined again with other vCPUs keeps its name, UUID
+    # and stats (the test driver's are its state alone): only its lifecycle
+    # event tells the driver, which must then read it again rather than
+    # reuse the last reading's records.
+    uuid = "5e7c1b2a-0000-4000-8000-0000000000aa"
+
+    def xml(vcpus):
+        return (
+            f"<domain type='test'><name>redefined-1</name><uuid>{uuid}</uuid>"
+            f"<memory>524288</memory><vcpu>{vcpus}</vcpu><os><type>hvm</type></os></domain>"
+        )
+
+    driver = LibvirtDriver("test:///default", str(tmp_path), statvfs=fixed_statvfs, events=True)
+    other = libvirt.open("test:///default")  # shared state: same driver
+    dom = None
+    try:
+        driver.read_host()
+        dom = other.defineXML(xml(2))
+        assert {d.uuid: d.vcpus for d in driver.read_host().domains}[uuid] == 2
+        assert {d.uuid: d.vcpus for d in driver.read_host().domains}[uuid] == 2
+        before = driver.events_received
+        other.defineXML(xml(6))
+        deadline = time.monotonic() + 10
+        while driver.events_received <= before:
+            assert time.monotonic() < deadline, "no lifecycle event from the test driver"
+            time.sleep(0.02)
+        assert {d.uuid: d.vcpus for d in driver.read_host().domains}[uuid] == 6
+    finally:
+        if dom is not None:
+            other.lookupByUUIDString(uuid).undefine()
+        other.close()
+        driver.close()

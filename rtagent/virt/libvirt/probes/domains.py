@@ -104,13 +104,16 @@ def block_disks(stats):
 
 class DomainCache(dict):
     """What :func:`domains` keeps across readings: UUID -> (record,
-    DomainInfo), and in ``ordered`` the tuple the last reading returned."""
+    DomainInfo), in ``ordered`` the tuple the last reading returned and in
+    ``source`` the records it was built from."""
 
     ordered = None
+    source = None
 
     def clear(self):
         super().clear()
         self.ordered = None
+        self.source = None
 
 
 def domains(records, cache=None):
@@ -132,11 +135,15 @@ def domains(records, cache=None):
     previous = cache if cache is not None else {}
     ordered = getattr(cache, "ordered", None)
     if ordered is not None:
+        if records is cache.source:
+            # The very records of last time (the facts' steady reading).
+            return ordered
         records = records if isinstance(records, (list, tuple)) else list(records)
         if len(records) == len(previous) and _unchanged(records, previous.get):
             # As many domains as last time, each found with the same record:
             # the same set, so last time's tuple holds (readers compare it by
             # identity). The steady reading stops here, having stored nothing.
+            cache.source = records
             return ordered
     current = {}
     rebuilt = False
@@ -162,6 +169,8 @@ def domains(records, cache=None):
             cache.update(current)
             if isinstance(cache, DomainCache):
                 cache.ordered = ordered
+    if isinstance(cache, DomainCache):
+        cache.source = records
     return ordered
 
 
