@@ -14,6 +14,36 @@ class KeepsTestMethod:
             setattr(self, name, method)
 
 
+class PatientWaits:
+    """nova's helpers wait 5 s (10 looks, 0.5 s apart) for a server's
+    state, a service's or an assertion: a build on nova's libvirt harness
+    takes about 1 s alone, and more than 5 s when CI runs tests/nova beside
+    make test and the nova cloud on 2 cores (a pinned build timed out so).
+    Here they wait up to a minute: a guard against a hang, not a measure of
+    speed. Mix in before nova's test base class."""
+
+    LOOKS = 120
+
+    def _wait_for_server_parameter(self, server, expected_params, max_retries=10, **kwargs):
+        return super()._wait_for_server_parameter(
+            server, expected_params, max(max_retries, self.LOOKS), **kwargs
+        )
+
+    def _wait_for_service_parameter(
+        self, service_hostname, service_binary, expected_params, max_retries=10, **kwargs
+    ):
+        return super()._wait_for_service_parameter(
+            service_hostname,
+            service_binary,
+            expected_params,
+            max(max_retries, self.LOOKS),
+            **kwargs,
+        )
+
+    def _wait_for_assert(self, assert_func, max_retries=10, sleep=0.5):
+        return super()._wait_for_assert(assert_func, max(max_retries, self.LOOKS), sleep)
+
+
 def take_over(test, hostname):
     """rtagent takes over ``hostname``'s accounting in a test of nova's
     libvirt harness, as docs/nova.md's adoption steps do: the compute

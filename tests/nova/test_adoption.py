@@ -10,10 +10,10 @@ from nova import objects
 from nova.tests.functional import integrated_helpers
 
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
-from tests.nova.harness import KeepsTestMethod
+from tests.nova.harness import KeepsTestMethod, PatientWaits
 
 
-class _TwoHosts(KeepsTestMethod, integrated_helpers.ProviderUsageBaseTestCase):
+class _TwoHosts(KeepsTestMethod, PatientWaits, integrated_helpers.ProviderUsageBaseTestCase):
     """host1 and host2 on nova's fake driver; servers booted where asked."""
 
     compute_driver = "fake.MediumFakeDriver"

@@ -17,7 +17,7 @@ from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import test_pci_sriov_servers
 from oslo_serialization import jsonutils
 
-from tests.nova.harness import KeepsTestMethod, take_over
+from tests.nova.harness import KeepsTestMethod, PatientWaits, take_over
 
 ALIAS = "a1"
 DEVICE = {"vendor_id": fakelibvirt.PCI_VEND_ID, "product_id": fakelibvirt.PCI_PROD_ID}
@@ -27,7 +27,7 @@ def devices_of(ctx, instance_uuid):
     return sorted(d.address for d in objects.Instance.get_by_uuid(ctx, instance_uuid).pci_devices)
 
 
-class PciAdoption(KeepsTestMethod, test_pci_sriov_servers._PCIServersTestBase):
+class PciAdoption(KeepsTestMethod, PatientWaits, test_pci_sriov_servers._PCIServersTestBase):
     ADMIN_API = True
     microversion = "latest"
     PCI_DEVICE_SPEC = [jsonutils.dumps(DEVICE)]

@@ -16,10 +16,10 @@ from nova import objects
 from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import base
 
-from tests.nova.harness import KeepsTestMethod, take_over
+from tests.nova.harness import KeepsTestMethod, PatientWaits, take_over
 
 
-class PinnedAdoption(KeepsTestMethod, base.ServersTestBase):
+class PinnedAdoption(KeepsTestMethod, PatientWaits, base.ServersTestBase):
     ADDITIONAL_FILTERS = ["NUMATopologyFilter"]
 
     def test_a_pinned_guest_keeps_its_cpus(self):

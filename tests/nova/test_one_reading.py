@@ -19,10 +19,10 @@ import fixtures
 from nova.tests.functional import integrated_helpers
 
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
-from tests.nova.harness import KeepsTestMethod
+from tests.nova.harness import KeepsTestMethod, PatientWaits
 
 
-class _OneReading(KeepsTestMethod):
+class _OneReading(KeepsTestMethod, PatientWaits):
     compute_driver = "fake.MediumFakeDriver"
     mode = None
 

@@ -31,12 +31,12 @@ from nova.tests.functional import integrated_helpers
 from rtagent.nova import reconcile
 from rtagent.nova.resource_tracker import COMPUTE_RESOURCE_SEMAPHORE
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
-from tests.nova.harness import KeepsTestMethod
+from tests.nova.harness import KeepsTestMethod, PatientWaits
 
 WAIT_S = 30
 
 
-class _Ordering(KeepsTestMethod):
+class _Ordering(KeepsTestMethod, PatientWaits):
     compute_driver = "fake.MediumFakeDriver"
     mode = None
 

@@ -15,13 +15,13 @@ import time
 from nova.tests.functional import integrated_helpers
 
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
-from tests.nova.harness import KeepsTestMethod
+from tests.nova.harness import KeepsTestMethod, PatientWaits
 
 # The prompt sync's bound (docs/placement-sync.md) and some slack.
 BOUND_S = 2.0
 
 
-class _ReadingAtClaim(KeepsTestMethod):
+class _ReadingAtClaim(KeepsTestMethod, PatientWaits):
     compute_driver = "fake.MediumFakeDriver"
     mode = None
 

@@ -19,10 +19,10 @@ from nova.tests.functional import integrated_helpers
 
 from rtagent.nova.testing import RtagentTrackerFixture, placement_started
 from rtagent.tracker import errors
-from tests.nova.harness import KeepsTestMethod
+from tests.nova.harness import KeepsTestMethod, PatientWaits
 
 
-class _RefusedEvacuation(KeepsTestMethod):
+class _RefusedEvacuation(KeepsTestMethod, PatientWaits):
     """The scenario; the classes below run it with each link."""
 
     compute_driver = "fake.MediumFakeDriver"
