@@ -86,10 +86,14 @@ FLAVOR = {"vcpus": 1, "memory_mb": 64}
 # 1.17-1.24), no-op p50 19-20 ms; with --slow-claim-ms 5, added 8.8-9.0
 # (bottoms 8.0-8.2) and ratio 1.44-1.46 (bottoms 1.35-1.40). (Eight
 # conductors, as before: added 7.9-10.1, ratio 1.17-1.24; the control 14.9-17.0
-# and 1.36.) The p99s swing by tens of ms between runs here, so their
-# difference only guards against tails of 100 ms and more, e.g. a claim
-# waiting for an audit's Placement round trips (audits take 0.1-7 s).
-TARGETS = {"added_p50_ms": 6.0, "added_p99_ms": 100.0, "ratio_p50": 1.3}
+# and 1.36.) In two make bench runs beside make test, added 4.34 (2.49..5.30)
+# and 5.48 (3.98..7.95): so the ratio catches a slower claim path (the
+# control misses on it alone) and the added p50, at most 10 ms, guards in
+# absolute terms with room for its spread (40 windows). The p99s swing by
+# tens of ms between runs here, so their difference only guards against
+# tails of 100 ms and more, e.g. a claim waiting for an audit's Placement
+# round trips (audits take 0.1-7 s).
+TARGETS = {"added_p50_ms": 10.0, "added_p99_ms": 100.0, "ratio_p50": 1.3}
 # A no-op slower than this at p50 means a machine too busy for 5 ms to
 # show (less than a tenth of a call): the run is void.
 MAX_NO_OP_P50_MS = 60.0
