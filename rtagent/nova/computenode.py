@@ -112,7 +112,7 @@ def size_mismatch(resources, view, slack):
     return tuple(found)
 
 
-def apply_view(cn, view, driver_numa=None, driver_stats=None):
+def apply_view(cn, view, driver_numa=None, driver_stats=None, rewrite=False):
     """Put the agent's accounting (usage, stats, effective ratios, NUMA
     cells) and host metrics on ``cn``.
 
@@ -121,6 +121,12 @@ def apply_view(cn, view, driver_numa=None, driver_stats=None):
         what the agent's cells do not carry (sockets, network affinity).
     :param driver_stats: the ``stats`` of the virt driver's reading, under
         the agent's (nova's tracker starts each node's stats from them).
+    :param rewrite: mark every field changed, equal or not, so that the
+        save writes it. ``cn`` holds what was last saved through it, not
+        what the row holds: a write from elsewhere (a stock nova-compute's
+        last one landing after the agent took over) or one lost is only
+        put right by writing again. The periodic does; a save after each
+        claim writes only what changed.
     """
     for field in USAGE_FIELDS:
         value = view.get(field)
@@ -133,20 +139,22 @@ def apply_view(cn, view, driver_numa=None, driver_stats=None):
         str(k): None if v is None else str(v)
         for k, v in {**(driver_stats or {}), **(view.get("stats") or {})}.items()
     }
-    if stats != (cn.stats if cn.obj_attr_is_set("stats") else None):
+    if rewrite or stats != (cn.stats if cn.obj_attr_is_set("stats") else None):
         cn.stats = stats
     if "numa_topology" in view:  # an agent older than 1.3: leave it be
         topology = numa.compute_node_topology(driver_numa, view["numa_topology"])
-        if topology != (cn.numa_topology if cn.obj_attr_is_set("numa_topology") else None):
+        if rewrite or topology != (
+            cn.numa_topology if cn.obj_attr_is_set("numa_topology") else None
+        ):
             cn.numa_topology = topology
     if "pci_device_pools" in view:  # an agent older than the field: leave them be
         pools = pci_pools(view["pci_device_pools"])
         have = cn.pci_device_pools if cn.obj_attr_is_set("pci_device_pools") else None
-        if have is None or _pool_dicts(have) != _pool_dicts(pools):
+        if rewrite or have is None or _pool_dicts(have) != _pool_dicts(pools):
             cn.pci_device_pools = pools
     if "metrics" in view:  # an agent older than the field: leave them be
         metrics = metrics_json(view["metrics"])
-        if metrics != (cn.metrics if cn.obj_attr_is_set("metrics") else None):
+        if rewrite or metrics != (cn.metrics if cn.obj_attr_is_set("metrics") else None):
             cn.metrics = metrics
 
 

@@ -300,7 +300,7 @@ class RtagentResourceTracker:
                 claiming=self._claiming_now,
             )
             self._reconcile_pci(context, cn)
-            return self._refresh_node(cn)
+            return self._refresh_node(cn, rewrite=True)
         except AgentRefused as exc:
             if exc.code != "tracker.node_not_found":
                 raise
@@ -397,14 +397,18 @@ class RtagentResourceTracker:
             # A node the agent has not audited yet: the audit creates it,
             # and the next update sets its state.
 
-    def _refresh_node(self, cn):
+    def _refresh_node(self, cn, rewrite=False):
         """The ComputeNode record from the agent's view, fetched outside
         nova's lock and saved under it. Views are saved in the order their
         fetches started: one that a later fetch's view was saved before is
-        dropped, so the record never goes back to an older view."""
+        dropped, so the record never goes back to an older view.
+
+        :param rewrite: write every field of the view, changed or not (the
+            periodic: see :func:`computenode.apply_view`).
+        """
         ticket = self._view_ticket(cn)
         view = self.link.call("get_compute_node", node_uuid=cn.uuid)
-        self._save_view_locked(cn, view, ticket)
+        self._save_view_locked(cn, view, ticket, rewrite)
         return view
 
     def _view_ticket(self, cn):
@@ -413,10 +417,10 @@ class RtagentResourceTracker:
             return self._view_tickets[cn.uuid]
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _save_view_locked(self, cn, view, ticket):
-        self._save_view(cn, view, ticket)
+    def _save_view_locked(self, cn, view, ticket, rewrite=False):
+        self._save_view(cn, view, ticket, rewrite)
 
-    def _save_view(self, cn, view, ticket):
+    def _save_view(self, cn, view, ticket, rewrite=False):
         if ticket <= self._views_saved[cn.uuid]:
             return
         self._views_saved[cn.uuid] = ticket
@@ -426,7 +430,11 @@ class RtagentResourceTracker:
             self._without_cells.add(cn.uuid)
         nodename = cn.hypervisor_hostname
         computenode.apply_view(
-            cn, view, self._driver_numa.get(nodename), driver_stats=self.stats.get(nodename)
+            cn,
+            view,
+            self._driver_numa.get(nodename),
+            driver_stats=self.stats.get(nodename),
+            rewrite=rewrite,
         )
         computenode.save_if_changed(cn)
 

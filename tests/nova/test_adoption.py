@@ -142,7 +142,12 @@ class AdoptionWhileMovesWait(_TwoHosts):
             # The per-host counts nova's scheduler filters read
             # (NumInstancesFilter, IoOpsFilter) in the ComputeNode's stats.
             (cn,) = objects.ComputeNodeList.get_all_by_host(self.ctxt, host)
-            self.assertEqual(str(len(running[host])), cn.stats.get("num_instances", "0"), host)
+            view = link.call("get_compute_node", node_uuid=node)
+            self.assertEqual(
+                str(len(running[host])),
+                cn.stats.get("num_instances", "0"),
+                f"{host}: the record's stats {cn.stats}, the agent's {view['stats']}",
+            )
 
     def _take_over(self):
         """Every compute service restarts on rtagent; :returns: the fixture."""
@@ -199,6 +204,25 @@ class AdoptionWhileMovesWait(_TwoHosts):
         self._run_periodics(raise_on_error=True)
         self.assertEqual(before, self._usages())
         self._confirm_revert_delete(fixture, resized, migrated)
+
+    def test_a_record_written_elsewhere_is_right_after_the_periodic(self):
+        """The tracker's copy of the ComputeNode record holds what it saved,
+        not what the row holds: a write from elsewhere after the take-over
+        (a stock nova-compute's last one, in flight while it stopped), or
+        one of its own that was lost (nova's in-memory SQLite fixture
+        shares one connection among threads: another thread's rollback
+        undid a save, seen in a trace of this class under load), stayed
+        in the row while the view equalled the copy. The periodic writes
+        the whole view."""
+        fixture = self._take_over()
+        server = self._boot(self.small, "host1")
+        self._run_periodics(raise_on_error=True)
+        self._check_agree(fixture, {"host1": [server["id"]], "host2": []})
+        (elsewhere,) = objects.ComputeNodeList.get_all_by_host(self.ctxt, "host1")
+        elsewhere.stats = {"num_instances": "0", "io_workload": "0", "failed_builds": "0"}
+        elsewhere.save()
+        self._run_periodics(raise_on_error=True)
+        self._check_agree(fixture, {"host1": [server["id"]], "host2": []})
 
     def test_moves_made_on_rtagent_wait_then_end(self):
         """The source learns of the move at its next periodic, as nova's

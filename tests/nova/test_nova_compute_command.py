@@ -306,11 +306,10 @@ def test_nova_compute_runs_on_the_rtagent_daemon(stack):
     stack.wait(
         lambda: _rpc_calls(stack.health, "get_compute_node") >= calls_before + 3,
         f"three more updates of the record, {AUDIT_S} s apart",
-        timeout=15 * AUDIT_S,
     )
     logs = compute.logs()
     assert "NovaTrackerUsed" not in logs
-    assert "Error updating resources" not in logs, logs[-4000:]
+    assert "Error updating resources" not in logs, _from_first(logs, "Error updating resources")
     assert "Resource tracking by the rtagent daemon" in logs
     # nova's fake driver says 1000 vCPUs where the daemon reads the libvirt
     # test driver's host: said once, not at every periodic.
@@ -336,12 +335,21 @@ def test_a_compute_id_other_than_the_agents_is_said_on_one_line(stack):
     said = f"The rtagent agent has no node {other}"
     stack.wait(lambda: compute.logs().count(said) >= 2, "the error at two periodics")
     logs = compute.logs()
-    assert "Error updating resources" not in logs, logs[-4000:]
+    assert "Error updating resources" not in logs, _from_first(logs, "Error updating resources")
     line = next(line for line in logs.splitlines() if said in line)
     assert "compute_id" in line and "docs/nova.md" in line
     # Nothing of nova's own accounting reached Placement meanwhile.
     providers = _get_json_admin(stack.placement, "/resource_providers")["resource_providers"]
     assert [p["uuid"] for p in providers] == [stack.node]
+
+
+def _from_first(logs, marker, lines=40):
+    """The ERROR lines of ``logs`` from the first that holds ``marker``:
+    the error and its traceback (oslo.log prefixes each traceback line
+    with the level), which a log's tail would not show."""
+    rows = logs.splitlines()
+    start = next((i for i, row in enumerate(rows) if marker in row), 0)
+    return "\n".join([row for row in rows[start:] if " ERROR " in row][:lines])
 
 
 def _notification(line):
