@@ -798,6 +798,11 @@ def main():
     # A miss shows whatever else could not be judged.
     verdict = "MISS" if misses else ("VOID" if void or undecided else "PASS")
     void += undecided
+    if verdict == "PASS":
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        # Kept for a look at the agent's log and store (12 MB a run).
+        print(f"workdir={workdir} kept")
     print(
         f"summary fuzz_calls={calls} internal_errors={len(internal)} lost_claims={lost} "
         f"claim_p99_before_ms={p99_before:.1f} claim_p99_half_open_ms={p99_half:.1f} "
