@@ -81,6 +81,7 @@ from benchmarks.common import spread
 from benchmarks.common.verdict import run as run_benchmark
 from rtagent.rpc.transport import get_transport, messaging
 from rtagent.testing.placement_server import PlacementServer
+from rtagent.testing.ports import free_port
 from rtagent.testing.rabbitmq import RabbitMQ
 from tests.functional.conftest import DEMO_URI
 from tests.functional.rpc.harness import make_conf
@@ -126,12 +127,6 @@ HOSTILE_CONF = (
     ("cpu_set_1mb_ranges", f"[compute]\ncpu_dedicated_set = {MEGABYTE_OF_RANGES}\n", 2),
     ("cpu_set_1mb_bad", f"[compute]\ncpu_dedicated_set = {'x' * 1_000_000}\n", 2),
 )
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class AgentProcess:

@@ -21,11 +21,12 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from rtagent.testing import ports
 
 BIN_DIR = "/usr/lib/postgresql/15/bin"
 USER = "postgres"
@@ -74,12 +75,6 @@ def missing_requirements():
     return ""
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Postgres:
     """One PostgreSQL server; a context manager. Attributes after
     :meth:`start`: ``port``, ``pid``, ``workdir``, ``log_path``."""
@@ -116,7 +111,7 @@ class Postgres:
         os.chown(self.workdir, user.pw_uid, user.pw_gid)
         self._data = os.path.join(self.workdir, "data")
         self.log_path = os.path.join(self.workdir, "postgres.log")
-        self.port = _free_port()
+        self.port = ports.free_port()
         try:
             self._as_postgres(["initdb", "-D", self._data, "-A", "trust", "-U", USER, "-E", "UTF8"])
             options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.workdir}"

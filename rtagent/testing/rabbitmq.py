@@ -29,15 +29,17 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 
+from rtagent.testing import ports
 from rtagent.testing.proc import tail
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
+EPMD_TIMEOUT_S = 10.0
+EPMD_ATTEMPTS = 3
 _SBIN_GLOB = "/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin"
 _EPMD = ("/usr/bin/epmd", "/usr/lib/erlang/bin/epmd")
 
@@ -66,31 +68,6 @@ def _epmd_binary():
         if os.access(path, os.X_OK):
             return path
     return shutil.which("epmd")
-
-
-def _port_free(port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port():
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _free_port_pair(offset):
-    """A free port P such that P + offset is free too."""
-    for _ in range(200):
-        port = free_port()
-        if port + offset < 65536 and _port_free(port + offset):
-            return port
-    raise RabbitMQError("no free pair of loopback ports found")
 
 
 def _stop_process(proc, timeout):
@@ -175,7 +152,7 @@ class RabbitMQ:
         try:
             if self.port is None:
                 # The Erlang distribution port is AMQP port + 20000.
-                self.port = _free_port_pair(20000)
+                self.port = ports.free_port(offset=20000)
                 self.nodename = f"rabbit-{self.port}@localhost"
                 self._prepare_dir()
             if self._epmd is None or self._epmd.poll() is not None:
@@ -257,20 +234,38 @@ class RabbitMQ:
         return env
 
     def _start_epmd(self):
-        self.epmd_port = free_port()
-        self._epmd = subprocess.Popen(
-            [_epmd_binary(), "-port", str(self.epmd_port), "-address", "127.0.0.1"],
-            cwd=self.workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
+        """Start our epmd on a free port; another port if it loses its own.
+
+        The port is chosen free, then given to epmd: something else may bind
+        it in between (rtagent.testing.ports), and epmd then exits at once.
+        """
+        log_path = os.path.join(self.workdir, "epmd.out")
+        for _ in range(EPMD_ATTEMPTS):
+            self.epmd_port = ports.free_port()
+            with open(log_path, "ab") as log:
+                self._epmd = subprocess.Popen(
+                    [_epmd_binary(), "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                    cwd=self.workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            deadline = time.monotonic() + EPMD_TIMEOUT_S
+            while self._epmd.poll() is None:
+                if ports.listens(self._epmd.pid, self.epmd_port):
+                    return
+                if time.monotonic() > deadline:
+                    _stop_process(self._epmd, 5.0)
+                    raise RabbitMQError(
+                        f"epmd did not listen on 127.0.0.1:{self.epmd_port} within "
+                        f"{EPMD_TIMEOUT_S:.0f} s:\n{tail(log_path)}"
+                    )
+                time.sleep(0.05)
+        raise RabbitMQError(
+            f"epmd exited at start on each of {EPMD_ATTEMPTS} ports (the last 127.0.0.1:"
+            f"{self.epmd_port}, exit {self._epmd.returncode}):\n{tail(log_path)}"
         )
-        deadline = time.monotonic() + 10
-        while _port_free(self.epmd_port):
-            if self._epmd.poll() is not None or time.monotonic() > deadline:
-                raise RabbitMQError(f"epmd did not start on 127.0.0.1:{self.epmd_port}")
-            time.sleep(0.05)
 
     def _launch(self):
         with open(self.log_path, "ab") as log:
@@ -296,7 +291,7 @@ class RabbitMQ:
                 raise RabbitMQError(
                     f"broker exited with {self._proc.returncode}:\n{tail(self.log_path)}"
                 )
-            if not _port_free(self.port):
+            if not ports.is_free(self.port):
                 try:
                     url = f"amqp://guest:guest@127.0.0.1:{self.port}//"
                     with kombu.Connection(url, connect_timeout=2) as conn:

@@ -15,7 +15,7 @@ import uuid
 
 import requests
 
-from rtagent.testing.rabbitmq import free_port
+from rtagent.testing.ports import free_port
 from tests.cloud.control import ACCOUNTING, BIN, SITE, service_env, write_conf
 from tests.cloud.services import Service, wait_for
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from rtagent.testing.placement_server import PlacementServer
-from rtagent.testing.rabbitmq import free_port
+from rtagent.testing.ports import free_port
 from tests.functional.conftest import DEMO_URI
 
 pytestmark = pytest.mark.functional

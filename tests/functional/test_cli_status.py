@@ -1,23 +1,17 @@
 """``rtagent status`` against a real agent process, and without one: one
 line on stderr and exit status 1, never a traceback."""
 
-import socket
 import subprocess
 import time
 
 import pytest
 
 from rtagent.testing.placement_server import PlacementServer
+from rtagent.testing.ports import free_port
 from tests.functional.test_cli import RTAGENT, rtagent, write_conf
 from tests.functional.test_cli_startup import silent_listener  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.functional
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def assert_one_line(result, status, message):

@@ -24,7 +24,7 @@ from rtagent.rpc.client import AgentClient
 from rtagent.rpc.transport import get_transport
 from rtagent.testing import rabbitmq
 from rtagent.testing.placement_server import PlacementServer
-from rtagent.testing.rabbitmq import free_port
+from rtagent.testing.ports import free_port
 from tests.functional.rpc.harness import bounded_call, make_conf
 from tests.functional.test_cli import RTAGENT, rtagent, write_conf
 from tests.functional.test_cli_check_config import DEEP, MEGABYTE_OF_RANGES, SRIOV_HOST

@@ -17,10 +17,10 @@ from rtagent.pci import devices, errors, model, pools
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.status import node_status
 from rtagent.testing.placement_server import PlacementServer
+from rtagent.testing.ports import free_port
 from rtagent.tracker import errors as tracker_errors
 from rtagent.tracker.model import Flavor
 from tests.functional.test_cli import RTAGENT, rtagent, write_conf
-from tests.functional.test_cli_status import free_port
 
 pytestmark = pytest.mark.functional
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rtagent.rpc.client import AgentClient
 from rtagent.rpc.transport import get_transport
-from rtagent.testing.rabbitmq import free_port
+from rtagent.testing.ports import free_port
 from tests.functional.rpc.harness import DEMO_URI, bounded_call, make_conf
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,8 @@ import urllib.request
 import pytest
 
 from rtagent.testing.placement_server import PlacementServer
-from rtagent.testing.rabbitmq import RabbitMQ, free_port, missing_requirements
+from rtagent.testing.ports import free_port
+from rtagent.testing.rabbitmq import RabbitMQ, missing_requirements
 from tests.requirements import require
 
 BIN = os.path.dirname(sys.executable)
