@@ -17,7 +17,10 @@ libvirtd's privileged (root) mode: the QEMU driver's state under
 ``/run/libvirt/qemu`` and ``/var/lib/libvirt/qemu``, and virtlogd's socket
 ``/run/libvirt/virtlogd-sock``. So only one such daemon can run on a machine;
 :meth:`Libvirtd.start` refuses to start when another one holds the QEMU
-driver, instead of disturbing it. Guests made through :meth:`create_guest`
+driver, instead of disturbing it. Two test runs on one machine (two
+``make test`` side by side) take turns: a start first takes a machine-wide
+lock (:data:`MACHINE_LOCK`, held until :meth:`stop`) and waits, up to
+:data:`MACHINE_WAIT_S`, for another run's daemon to stop. Guests made through :meth:`create_guest`
 are transient (nothing is written under /etc/libvirt) and are destroyed, and
 their QEMU processes killed by PID, on :meth:`stop`.
 
@@ -42,6 +45,12 @@ STOP_TIMEOUT_S = 15.0
 QEMU_DRIVER_LOCK = "/run/libvirt/qemu/driver.pid"
 VIRTLOGD_SOCK = "/run/libvirt/virtlogd-sock"
 QEMU_STATE_DIR = "/run/libvirt/qemu"
+# Taken by every private daemon of this module for its whole life: another
+# test run's start waits on it instead of finding the QEMU driver held. The
+# wait guards against a hang only: a make test's real-libvirtd tests hold it
+# for about 30 s (2 minutes beside three other test runs).
+MACHINE_LOCK = "/run/lock/rtagent-testing-libvirtd.lock"
+MACHINE_WAIT_S = 900.0
 # libvirt log priority (1 debug .. 4 error); 1 to see why a start is slow.
 LOG_LEVEL = os.environ.get("RTAGENT_LIBVIRTD_LOG_LEVEL", "3")
 BINARIES = ("libvirtd", "virtlogd", "qemu-system-x86_64")
@@ -93,6 +102,38 @@ def qemu_driver_busy():
     return False
 
 
+def take_machine_lock(path=MACHINE_LOCK, wait_s=MACHINE_WAIT_S, poll_s=0.2):
+    """The file descriptor of ``path``, locked (flock) for this process.
+
+    Waits up to ``wait_s`` while another process holds it; its PID is in the
+    file.
+
+    :raises LibvirtdError: still held after ``wait_s`` (the holder named).
+    """
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                    raise LibvirtdError(
+                        f"another test run's libvirtd (the process {holder or '?'}) held "
+                        f"{path} for {wait_s:.0f} s; only one can run on a machine"
+                    ) from None
+                time.sleep(poll_s)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def guest_xml(name, memory_mib=64, vcpus=1, disk_path=None):
     """A tiny TCG guest: no NIC, serial on a pty, sits in the BIOS."""
     disk = ""
@@ -122,8 +163,10 @@ class Libvirtd:
         temporary directory, removed on :meth:`stop`).
     """
 
-    def __init__(self, base_dir=None):
+    def __init__(self, base_dir=None, machine_wait_s=MACHINE_WAIT_S):
         self._own_dir = base_dir is None
+        self._machine_wait_s = machine_wait_s
+        self._machine_lock = None
         self.dir = base_dir or tempfile.mkdtemp(prefix="rtagent-libvirtd-")
         self.sock_dir = os.path.join(self.dir, "run")
         self.conf_path = os.path.join(self.dir, "libvirtd.conf")
@@ -163,7 +206,10 @@ class Libvirtd:
         why = missing_requirements()
         if why:
             raise LibvirtdError(why)
+        if self._machine_lock is None:
+            self._machine_lock = take_machine_lock(wait_s=self._machine_wait_s)
         if qemu_driver_busy():
+            self._release_machine()
             raise LibvirtdError(
                 f"another libvirtd holds the QEMU driver ({QEMU_DRIVER_LOCK}); "
                 "stop it first, it is not ours to stop"
@@ -216,6 +262,12 @@ class Libvirtd:
             self._guest_pids.clear()
             if self._own_dir:
                 shutil.rmtree(self.dir, ignore_errors=True)
+            self._release_machine()
+
+    def _release_machine(self):
+        fd, self._machine_lock = self._machine_lock, None
+        if fd is not None:
+            os.close(fd)
 
     # -- guests ----------------------------------------------------------
     def create_guest(self, conn, short_name, **kw):

@@ -61,8 +61,9 @@ def pytest_collection_modifyitems(items):
     # Only one real libvirtd can run on a machine (its QEMU driver's lock and
     # virtlogd's socket are fixed paths), so make test runs the tests that
     # use it apart, in one process (-m real_libvirtd), after the others ran
-    # on several pytest-xdist workers (-m "not real_libvirtd"). First, so
-    # that the mark plugin's selection sees the mark.
+    # on several pytest-xdist workers (-m "not real_libvirtd"); another test
+    # run on the machine waits its turn (rtagent.testing.libvirtd's machine
+    # lock). First, so that the mark plugin's selection sees the mark.
     for item in items:
         if "libvirtd" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real_libvirtd)
