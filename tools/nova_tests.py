@@ -173,6 +173,7 @@ class Judge:
                 signatures.get(test),
                 test in self.flaky_on_stock,
                 stock.get(test),
+                first_ran=first[test].status != "not run",
             )
             outcomes[test] = (outcome, _why(outcome, first[test], again[test]))
         return outcomes

@@ -20,7 +20,9 @@ where a failure is the one docs/nova.md explains, so:
 - an unlisted test that fails and then passes when run again is
   ``flaky_with_rtagent`` and fails the verdict: a flake rtagent causes is
   not absorbed by the rerun. Only a test the baseline recorded as flaky on
-  stock nova is excused (``flaky_on_stock_nova``, named on its own line);
+  stock nova is excused (``flaky_on_stock_nova``, named on its own line).
+  A test the first run never reached (``not run``: the run's wall-clock
+  limit came first) has not failed: its run alone is its first attempt;
 - an unlisted test that fails twice is run on stock nova: if stock nova
   passes it, it is an ``unlisted_failure``; if stock nova fails it too, the
   record no longer holds on this machine (``fails_on_stock_nova``), which
@@ -104,10 +106,12 @@ def _as_listed(attempt, signature):
     return None
 
 
-def after_rerun(again, signature, flaky_on_stock, stock=None):
+def after_rerun(again, signature, flaky_on_stock, stock=None, first_ran=True):
     """The outcome of a test whose first attempt :func:`first_pass` left open.
 
     :param again: the second attempt with rtagent.
+    :param first_ran: False when the first run never reached the test:
+        ``again`` is then its only run, and a pass is a pass.
     :param flaky_on_stock: the baseline recorded the test as flaky on stock nova.
     :param stock: its attempt on stock nova, needed only when both attempts
         with rtagent failed and the test is not listed.
@@ -115,8 +119,9 @@ def after_rerun(again, signature, flaky_on_stock, stock=None):
     if signature is not None:
         return _as_listed(again, signature) or OTHER_FAILURE
     if again.passed:
-        if injected(again.proof)[0] == NOT_INJECTED:
-            return NOT_INJECTED
+        outcome = injected(again.proof)[0]
+        if outcome == NOT_INJECTED or not first_ran:
+            return outcome
         return FLAKY_ON_STOCK if flaky_on_stock else FLAKY
     if stock is None:
         raise ValueError("a test that failed twice with rtagent needs its run on stock nova")

@@ -64,6 +64,22 @@ def test_after_the_rerun(again, signature, flaky_on_stock, stock, outcome):
     assert v.after_rerun(again, signature, flaky_on_stock, stock) == outcome
 
 
+@pytest.mark.parametrize(
+    "again, signature, stock, outcome",
+    [
+        # A test the first run never reached: its run alone is its first.
+        (ok(), None, None, v.PASSED),
+        (ok(proof=dict(PROOF, agent_calls=0, agent_answers=0)), None, None, UNUSED),
+        (ok(proof=None), None, None, v.NOT_INJECTED),
+        (fail(), None, ok(proof=None), v.UNLISTED),
+        (fail(), SIG, None, v.LISTED),
+        (ok(), SIG, None, v.LISTED_PASSES),
+    ],
+)
+def test_after_a_first_run_that_never_reached_it(again, signature, stock, outcome):
+    assert v.after_rerun(again, signature, False, stock, first_ran=False) == outcome
+
+
 def test_a_double_failure_is_not_judged_without_stock_nova():
     with pytest.raises(ValueError):
         v.after_rerun(fail(), None, False, None)
