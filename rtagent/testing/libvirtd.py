@@ -203,29 +203,28 @@ class Libvirtd:
         :raises LibvirtdError: requirements missing, another libvirtd holds the
             QEMU driver, or the daemon did not answer in time (with its log).
         """
-        why = missing_requirements()
-        if why:
-            raise LibvirtdError(why)
-        if self._machine_lock is None:
-            self._machine_lock = take_machine_lock(wait_s=self._machine_wait_s)
-        if qemu_driver_busy():
-            self._release_machine()
-            raise LibvirtdError(
-                f"another libvirtd holds the QEMU driver ({QEMU_DRIVER_LOCK}); "
-                "stop it first, it is not ours to stop"
-            )
-        os.makedirs(self.sock_dir, exist_ok=True)
-        os.makedirs("/var/log/libvirt/qemu", exist_ok=True)
-        with open(self.conf_path, "w") as f:
-            f.write(
-                f'unix_sock_dir = "{self.sock_dir}"\n'
-                'unix_sock_ro_perms = "0777"\n'
-                'unix_sock_rw_perms = "0700"\n'
-                'auth_unix_ro = "none"\n'
-                'auth_unix_rw = "none"\n'
-                f'log_outputs = "{LOG_LEVEL}:file:{self.log_path}"\n'
-            )
         try:
+            why = missing_requirements()
+            if why:
+                raise LibvirtdError(why)
+            if self._machine_lock is None:
+                self._machine_lock = take_machine_lock(wait_s=self._machine_wait_s)
+            if qemu_driver_busy():
+                raise LibvirtdError(
+                    f"another libvirtd holds the QEMU driver ({QEMU_DRIVER_LOCK}); "
+                    "stop it first, it is not ours to stop"
+                )
+            os.makedirs(self.sock_dir, exist_ok=True)
+            os.makedirs("/var/log/libvirt/qemu", exist_ok=True)
+            with open(self.conf_path, "w") as f:
+                f.write(
+                    f'unix_sock_dir = "{self.sock_dir}"\n'
+                    'unix_sock_ro_perms = "0777"\n'
+                    'unix_sock_rw_perms = "0700"\n'
+                    'auth_unix_ro = "none"\n'
+                    'auth_unix_rw = "none"\n'
+                    f'log_outputs = "{LOG_LEVEL}:file:{self.log_path}"\n'
+                )
             if not self._virtlogd_serving():
                 self.virtlogd = self._spawn(
                     ["virtlogd", "-p", os.path.join(self.dir, "virtlogd.pid")],
@@ -233,6 +232,8 @@ class Libvirtd:
                 )
             self.start_libvirtd(timeout)
         except BaseException:
+            # Whatever was started is stopped, the lock let go and an owned
+            # directory removed: also after a refusal, which starts nothing.
             self.stop()
             raise
 

@@ -86,6 +86,7 @@ def test_a_second_daemon_waits_its_turn_and_leaves_the_first_alone(libvirtd):
     with pytest.raises(private.LibvirtdError, match="another test run's libvirtd"):
         second.start()
     assert second.libvirtd is None and second.virtlogd is None
+    assert not os.path.exists(second.dir)
     conn = libvirt.open(libvirtd.uri)
     try:
         assert conn.getCapabilities()
