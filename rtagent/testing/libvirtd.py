@@ -20,9 +20,10 @@ libvirtd's privileged (root) mode: the QEMU driver's state under
 driver, instead of disturbing it. Two test runs on one machine (two
 ``make test`` side by side) take turns: a start first takes a machine-wide
 lock (:data:`MACHINE_LOCK`, held until :meth:`stop`) and waits, up to
-:data:`MACHINE_WAIT_S`, for another run's daemon to stop. Guests made through :meth:`create_guest`
-are transient (nothing is written under /etc/libvirt) and are destroyed, and
-their QEMU processes killed by PID, on :meth:`stop`.
+:data:`MACHINE_WAIT_S`, for another run's daemon to stop. Guests made
+through :meth:`create_guest` are transient (nothing is written under
+/etc/libvirt) and are destroyed, and their QEMU processes killed by PID, on
+:meth:`stop`.
 
 Needs root and the packages installed by ``tools/setup-libvirtd.sh``.
 """

@@ -53,7 +53,7 @@ def is_free(port):
     return True
 
 
-def free_port(offset=0, rng=random):
+def free_port(offset=0):
     """A free loopback port P below the ephemeral range; P + ``offset`` is
     free and below it too (RabbitMQ's distribution port is its AMQP port +
     20000).
@@ -65,7 +65,7 @@ def free_port(offset=0, rng=random):
     if highest < LOWEST:
         raise NoFreePort(f"no room below the ephemeral range (from {first}) for offset {offset}")
     for _ in range(_TRIES):
-        port = rng.randint(LOWEST, highest)
+        port = random.randint(LOWEST, highest)
         if is_free(port) and (offset == 0 or is_free(port + offset)):
             return port
     raise NoFreePort(f"no free loopback port in {LOWEST}..{highest} after {_TRIES} tries")
