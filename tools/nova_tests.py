@@ -147,7 +147,10 @@ class Judge:
         signatures = {
             t: verdict.compile_signature(self.listed[t][0]) for t in ids if t in self.listed
         }
-        first = self._attempts(mode, mode, ids, self.concurrency, (hang, run_wall))
+        seconds = {t: entry.get("seconds", 0.0) for t, entry in expected.items()}
+        first = self._attempts(
+            mode, mode, ids, self.concurrency, limits=(hang, run_wall), seconds=seconds
+        )
         outcomes, open_ = {}, []
         for test in ids:
             outcome = verdict.first_pass(first[test], signatures.get(test))
@@ -159,7 +162,7 @@ class Judge:
             return outcomes
         print(f"{mode}: {len(open_)} tests run again, one at a time", flush=True)
         limits = (hang, wall(expected, open_, 1))
-        again = self._attempts(mode, f"{mode}-again", open_, 1, limits)
+        again = self._attempts(mode, f"{mode}-again", open_, 1, limits=limits, seconds=seconds)
         need_stock = [t for t in open_ if verdict.needs_stock_run(again[t], signatures.get(t))]
         stock = {}
         if need_stock:
@@ -178,14 +181,18 @@ class Judge:
             outcomes[test] = (outcome, _why(outcome, first[test], again[test]))
         return outcomes
 
-    def _attempts(self, mode, label, ids, concurrency, limits):
-        """{test id: verdict.Attempt} of one run of ``ids`` with rtagent."""
+    def _attempts(self, mode, label, ids, concurrency, *, limits, seconds):
+        """{test id: verdict.Attempt} of one run of ``ids`` with rtagent.
+
+        :param seconds: {test id: the record's seconds}, to share the tests
+            out among the workers.
+        """
         proof_dir = os.path.join(self.workdir, f"proof-{label}")
         shutil.rmtree(proof_dir, ignore_errors=True)
         os.makedirs(proof_dir)
         hang, run_wall = limits
         runner = st.Runner(self.workdir, environment(mode, proof_dir), label, hang)
-        found = runner.run(ids, concurrency, run_wall)
+        found = runner.run(ids, concurrency, run_wall, seconds)
         return {
             t: verdict.Attempt(r.status, r.text, _proof(proof_dir, t)) for t, r in found.items()
         }
@@ -294,7 +301,9 @@ def record_baseline(args):
         previous = None
     print(f"baseline: {len(selected)} tests on stock nova {key['nova']}", flush=True)
     runner = st.Runner(args.workdir, environment(), "baseline", 330.0)
-    found = runner.run(selected, args.concurrency, 4 * 3600)
+    # The tests are shared out by the previous record's times, if any.
+    seconds = {t: e.get("seconds", 0.0) for t, e in (previous or {}).get("tests", {}).items()}
+    found = runner.run(selected, args.concurrency, 4 * 3600, seconds)
     failed = [t for t, r in found.items() if r.status in ("fail", "hung", "not run")]
     tests = {t: {"status": r.status, "seconds": round(r.seconds, 1)} for t, r in found.items()}
     if failed:
