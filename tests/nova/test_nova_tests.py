@@ -6,7 +6,9 @@ outside as CI runs it, on nova's own tests):
 - a one-time failure injected into rtagent's claim path makes the run fail
   as ``flaky_with_rtagent``: the rerun does not absorb it;
 - a listed test that fails otherwise than its docs/nova.md signature says
-  fails the run, and the same test with its true signature passes it.
+  fails the run, and the same test with its true signature passes it;
+- each selected test runs once: the RPC class over RPC only, the others in
+  process.
 
 Run by ``make test-nova`` in .venv-nova.
 """
@@ -132,3 +134,21 @@ def test_a_listed_test_failing_otherwise_fails_the_run(tmp_path):
     done = nova_tool("--tests", test, workdir=tmp_path / "own")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nova_listed_exceptions=1 " in done.stdout
+
+
+def _fastest_of(regex):
+    expected = record.expected(record.load(RECORD))
+    return min((t for t in expected if re.search(regex, t)), key=lambda t: expected[t]["seconds"])
+
+
+def test_each_test_runs_once_the_rpc_class_over_rpc(tmp_path):
+    rpc_test = _fastest_of(r"\.test_servers\.ServerMovingTests\.")
+    done = nova_tool("--tests", BOOTS, rpc_test, workdir=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "inprocess: 1 tests" in done.stdout and "rpc: 1 tests" in done.stdout, done.stdout
+    summary = done.stdout.splitlines()[-1]
+    assert "nova_baseline_passed=2 " in summary and "rpc_baseline_passed=1 " in summary, summary
+    # Each ran in one mode only, and rtagent served it there.
+    assert sorted(os.listdir(tmp_path / "proof-inprocess")) == [f"{BOOTS}.json"]
+    assert sorted(os.listdir(tmp_path / "proof-rpc")) == [f"{rpc_test}.json"]
+    assert "nova_with_rtagent_passed=2 " in summary, summary
