@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -349,5 +350,14 @@ def main(argv=None):
         return 2
 
 
+def _exit_on(signum, _frame):
+    # SystemExit unwinds the runs, whose clean-up kills their workers (each
+    # in a session of its own, which a signal to this process misses).
+    sys.exit(128 + signum)
+
+
 if __name__ == "__main__":
+    # A background job's SIGINT is ignored by default: handled here too.
+    for _signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(_signum, _exit_on)
     sys.exit(main())

@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import time
 
 import pytest
 
@@ -152,3 +153,48 @@ def test_each_test_runs_once_the_rpc_class_over_rpc(tmp_path):
     assert sorted(os.listdir(tmp_path / "proof-inprocess")) == [f"{BOOTS}.json"]
     assert sorted(os.listdir(tmp_path / "proof-rpc")) == [f"{rpc_test}.json"]
     assert "nova_with_rtagent_passed=2 " in summary, summary
+
+
+def _group_members(pgid):
+    members = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            members.append(int(pid))
+    return members
+
+
+def test_a_stopped_run_leaves_no_worker_behind(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, TOOL, "--workdir", str(tmp_path), "--rpc-suite", "", "--tests", BOOTS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    load_list = str(tmp_path / "inprocess-0" / "run.list")
+    worker = None
+    deadline = time.monotonic() + 300
+    while worker is None and time.monotonic() < deadline and proc.poll() is None:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if load_list.encode() in f.read():
+                        worker = int(pid)
+            except OSError:
+                continue
+        time.sleep(0.2)
+    assert worker is not None, "no worker started"
+    try:
+        # The worker is its own process group (a session of its own).
+        assert _group_members(worker)
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + 15, out
+        assert _group_members(worker) == [], "the run's worker outlived it"
+    finally:
+        for pid in _group_members(worker):
+            os.kill(pid, 9)
