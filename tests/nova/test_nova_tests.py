@@ -86,13 +86,25 @@ def test_without_rtagent_in_nova_s_tests_a_run_stops_with_one_line(tmp_path, lef
     assert len(lines) == 1 and lines[0].startswith("nova_tests: ") and says in lines[0], lines
 
 
-def test_the_full_environment_passes_the_same_test(tmp_path):
+def _fastest_of(regex):
+    expected = record.expected(record.load(RECORD))
+    return min((t for t in expected if re.search(regex, t)), key=lambda t: expected[t]["seconds"])
+
+
+def test_the_full_environment_passes_the_same_test_once(tmp_path):
     # The control of the test above: with the hook, rtagent serves the test
-    # and its proof record says so.
-    done = nova_tool("--tests", BOOTS, workdir=tmp_path)
+    # and its proof record says so. Each selected test runs once: a test of
+    # the RPC class over RPC only, any other in process only.
+    rpc_test = _fastest_of(r"\.test_servers\.ServerMovingTests\.")
+    done = nova_tool("--tests", BOOTS, rpc_test, workdir=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "nova_with_rtagent_passed=1 " in done.stdout and " PASS" in done.stdout
-    assert "nova_not_injected=0 " in done.stdout
+    assert "inprocess: 1 tests" in done.stdout and "rpc: 1 tests" in done.stdout, done.stdout
+    summary = done.stdout.splitlines()[-1]
+    assert summary.endswith(" PASS"), summary
+    assert "nova_baseline_passed=2 " in summary and "rpc_baseline_passed=1 " in summary, summary
+    assert "nova_with_rtagent_passed=2 " in summary and "nova_not_injected=0 " in summary, summary
+    assert sorted(os.listdir(tmp_path / "proof-inprocess")) == [f"{BOOTS}.json"]
+    assert sorted(os.listdir(tmp_path / "proof-rpc")) == [f"{rpc_test}.json"]
     proof = (tmp_path / "proof-inprocess" / f"{BOOTS}.json").read_text()
     assert '"agent_answers": ' in proof and '"compute_managers": 0' not in proof
 
@@ -135,24 +147,6 @@ def test_a_listed_test_failing_otherwise_fails_the_run(tmp_path):
     done = nova_tool("--tests", test, workdir=tmp_path / "own")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nova_listed_exceptions=1 " in done.stdout
-
-
-def _fastest_of(regex):
-    expected = record.expected(record.load(RECORD))
-    return min((t for t in expected if re.search(regex, t)), key=lambda t: expected[t]["seconds"])
-
-
-def test_each_test_runs_once_the_rpc_class_over_rpc(tmp_path):
-    rpc_test = _fastest_of(r"\.test_servers\.ServerMovingTests\.")
-    done = nova_tool("--tests", BOOTS, rpc_test, workdir=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "inprocess: 1 tests" in done.stdout and "rpc: 1 tests" in done.stdout, done.stdout
-    summary = done.stdout.splitlines()[-1]
-    assert "nova_baseline_passed=2 " in summary and "rpc_baseline_passed=1 " in summary, summary
-    # Each ran in one mode only, and rtagent served it there.
-    assert sorted(os.listdir(tmp_path / "proof-inprocess")) == [f"{BOOTS}.json"]
-    assert sorted(os.listdir(tmp_path / "proof-rpc")) == [f"{rpc_test}.json"]
-    assert "nova_with_rtagent_passed=2 " in summary, summary
 
 
 def _group_members(pgid):
