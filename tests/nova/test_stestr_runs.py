@@ -210,3 +210,11 @@ def test_a_hang_restarts_only_its_own_worker(tmp_path, monkeypatch):
     assert all(len(p) == 1 for p in pids.values()), pids
     assert pids["test_1"] == pids["test_3_slow"] == pids["test_5_fails"]
     assert pids["test_4"] != pids["test_2_hangs"]
+
+
+def test_a_stray_signature_byte_is_not_a_packet():
+    data = stream()
+    # 0xB3, two flag bytes, then a length of 0: no packet is that short.
+    junk = bytes([0xB3, 0, 0, 0])
+    assert stestr.complete(junk + data) == len(junk) + len(data)
+    assert stestr.complete(junk) == len(junk)

@@ -223,6 +223,8 @@ _ENDS = {
 # test's captured log, tens of kB) are not kept.
 _QUOTED = ("reason", "traceback")
 _SIGNATURE = 0xB3
+# Signature, flags, a one-byte length and the CRC32: no packet is shorter.
+_SHORTEST = 8
 
 
 def complete(data):
@@ -246,6 +248,9 @@ def complete(data):
             break
         for byte in data[end + 4 : end + 4 + extra]:
             length = (length << 8) | byte
+        if length < _SHORTEST:  # not a packet: a stray signature byte
+            end += 1
+            continue
         if size - end < length:
             break
         end += length
@@ -297,7 +302,7 @@ class Watch:
 
     Each :meth:`poll` parses only the bytes written since the last one, so
     watching a run costs its stream's size once, not once per poll (a run
-    of nova's suites writes tens of MB: every test's log is attached). A
+    of nova's suites writes about 15 MB: every test's log is attached). A
     packet cut by the end of what is written waits for its rest; one cut by
     a killed run is never counted.
     """
