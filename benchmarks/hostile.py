@@ -202,7 +202,10 @@ class Caller:
     """A conductor's raw oslo.messaging client (so odd versions can be sent)."""
 
     def __init__(self, url, version="1.1"):
-        self.transport = get_transport(make_conf(tempfile.mkdtemp(), url), url=url)
+        # The conf's directories are for an agent; a client's transport
+        # reads none of them (each run left 200 of them in /tmp).
+        with tempfile.TemporaryDirectory(prefix="rtagent-bench-caller-") as scratch:
+            self.transport = get_transport(make_conf(scratch, url), url=url)
         self.target = oslo_messaging.Target(topic="rtagent", server=HOST, version="1.0")
         self.client = oslo_messaging.get_rpc_client(
             self.transport, self.target, timeout=CALL_TIMEOUT, retry=3
