@@ -11,9 +11,9 @@ place when ``RTAGENT_NOVA_TRACKER`` is set, and guards nova's own.
 
 ``check`` (the default) runs, with rtagent, every selected test that stock
 nova passed in the recorded baseline (tools/nova-baseline.json, written by
-``record``: ``make nova-baseline``), once each: one class over
-oslo.messaging, the others in process; and gives each test one outcome (tools/novatests/
-verdict.py): a pass counts only with rtagent's proof that it served the
+``record``: ``make nova-baseline``), once each (one class over
+oslo.messaging, the others in process), and gives each test one outcome
+(tools/novatests/verdict.py): a pass counts only with rtagent's proof that it served the
 test; a failure is excused only by a docs/nova.md entry whose signature it
 matches; a flake with rtagent fails the run. It prints
 

@@ -177,11 +177,30 @@ class T(unittest.TestCase):
 """
 
 
-def test_a_hang_restarts_only_its_own_worker(tmp_path, monkeypatch):
+def _suite(tmp_path):
     suite = tmp_path / "suite"
     (suite / "fake").mkdir(parents=True)
     (suite / "fake" / "__init__.py").write_text("")
     (suite / "fake" / "test_t.py").write_text(textwrap.dedent(SUITE))
+    return suite
+
+
+def test_the_wall_clock_limit_stops_a_worker_between_tests(tmp_path):
+    # Checked at once after its start, the worker has no test in progress:
+    # the limit must stop it all the same, not let it run on to its next.
+    suite = _suite(tmp_path)
+    env = dict(os.environ, MARKS=str(tmp_path / "marks"))
+    runner = stestr.Runner(str(tmp_path / "work"), env, "t", 60.0, tests=(str(suite), str(suite)))
+    worker = stestr._Worker(runner, 0, ["fake.test_t.T.test_1"])
+    try:
+        worker.check(0.0, stop=True)
+        assert not worker.busy
+    finally:
+        worker.kill()
+
+
+def test_a_hang_restarts_only_its_own_worker(tmp_path, monkeypatch):
+    suite = _suite(tmp_path)
     marks = tmp_path / "marks"
     env = dict(os.environ, MARKS=str(marks))
     monkeypatch.setattr(stestr, "POLL", 0.5)

@@ -183,7 +183,7 @@ class _Worker:
             return
         limit = self.runner.hang_limit
         hung = sorted(t for t, t0 in self.started.items() if stop or now - t0 > limit)
-        if not hung:
+        if not hung and not stop:
             return
         self._end()
         for test in hung:
