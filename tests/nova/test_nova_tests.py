@@ -31,8 +31,8 @@ DOC = os.path.join(TOP, "docs", "nova.md")
 HOOK = "rtagent_nova_testhook.pth"
 # A short test that boots a server, so it goes through instance_claim.
 BOOTS = (
-    "nova.tests.functional.regressions.test_bug_1835822."
-    "RegressionTest1835822.test_create_server_with_config_drive"
+    "nova.tests.functional.libvirt.test_numa_servers."
+    "NUMAServersTest.test_create_server_with_numa_topology"
 )
 
 

@@ -105,4 +105,4 @@ def test_the_repository_record_is_keyed_by_its_constraints():
     with open(os.path.join(ROOT, "tools", "nova-constraints.txt"), "rb") as f:
         assert rec["key"]["constraints_sha256"] == hashlib.sha256(f.read()).hexdigest()
     assert rec["key"]["selection_sha256"] == record.selection_digest(rec["tests"])
-    assert sum(e["status"] in record.EXPECTED for e in rec["tests"].values()) > 600
+    assert sum(e["status"] in record.EXPECTED for e in rec["tests"].values()) >= 430
