@@ -188,8 +188,10 @@ def holdings(node_uuid, instances, migrations):
     * an incoming move not yet finished holds the new flavor at the
       destination; once the instance has left, an outgoing move holds the
       old flavor at the source until it is confirmed or reverted;
-    * a same-node resize holds the larger of the two flavors, per class,
-      until it is confirmed or reverted.
+    * a same-node resize holds both flavors, old and new, until it is
+      confirmed or reverted: the host really holds both (the old disk stays
+      beside the new one until confirm), and Placement and nova's tracker
+      count both.
 
     :param instances: mapping of instance UUID -> Instance on this node.
     :param migrations: iterable of Migration records involving this node.
@@ -212,14 +214,14 @@ def move_holdings(node_uuid, instances, migrations):
         if instance is not None:
             if move.same_node:
                 replacing[instance.uuid] = (
-                    _per_class_max(move.old_resources, move.new_resources),
+                    _per_class_sum(move.old_resources, move.new_resources),
                     _union_ids(instance.assigned, move.old_assigned, move.new_assigned),
                 )
             continue  # otherwise the instance counts with its own flavor
         if move.same_node:
             others.append(
                 (
-                    _per_class_max(move.old_resources, move.new_resources),
+                    _per_class_sum(move.old_resources, move.new_resources),
                     _union_ids(move.old_assigned, move.new_assigned),
                 )
             )
@@ -247,21 +249,8 @@ def instance_usage(instances):
     return usage([(i.resources, i.assigned) for i in instances])
 
 
-def move_request(old_resources, new_resources, same_node):
-    """What a move claim must find free: the new flavor at another node, or
-    only the growth over the old flavor for a same-node resize."""
-    if not same_node:
-        return dict(new_resources)
-    grown = {}
-    for rc, amount in new_resources.items():
-        extra = amount - old_resources.get(rc, 0)
-        if extra > 0:
-            grown[rc] = extra
-    return grown
-
-
-def _per_class_max(a, b):
-    return {rc: max(a.get(rc, 0), b.get(rc, 0)) for rc in set(a) | set(b)}
+def _per_class_sum(a, b):
+    return {rc: a.get(rc, 0) + b.get(rc, 0) for rc in set(a) | set(b)}
 
 
 def _union_ids(*assigned):

@@ -5,7 +5,7 @@ The life of a move, seen from each node it involves::
 
     start   dest: claims the new flavor (fit-checked)
             source: records the outgoing move (the instance keeps its usage)
-            same node (resize): claims only the growth over the old flavor
+            same node (resize): claims the new flavor beside the old one
     finish  dest: the instance now lives here, with the new flavor
             source: the instance has left; the old flavor stays held
             live migration / evacuation: the move is over at once
@@ -106,9 +106,10 @@ def start_move(
             raise errors.InvalidClaimRequest(
                 reason=f"instance {migration.instance_uuid} is already on destination node {node}"
             )
-        requested = ledger.move_request(
-            migration.old_resources, migration.new_resources, migration.same_node
-        )
+        # A same-node resize holds the old flavor and the new one until it
+        # is confirmed or reverted (ledger.holdings), so the new flavor must
+        # fit in full beside the old, wherever it lands.
+        requested = dict(migration.new_resources)
         chosen = ensure_fits(
             state,
             ctx,

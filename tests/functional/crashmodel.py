@@ -198,7 +198,9 @@ class Model:
         held = []
         for inst, flavor in self.instances.items():
             if inst in same:
-                held.append(tuple(map(max, same[inst]["old"], same[inst]["new"])))
+                # a same-node resize holds both flavors until confirm/revert
+                held.append(same[inst]["old"])
+                held.append(same[inst]["new"])
             else:
                 held.append(flavor)
         for m in self.moves.values():

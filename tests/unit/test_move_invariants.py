@@ -63,17 +63,21 @@ def test_an_old_flavor_that_is_not_the_tracked_one_is_refused(name, node, asked)
 
 
 def test_a_same_node_resize_holds_exactly_what_was_checked():
-    """Every step of a same-node resize stays within capacity; the growth
-    checked at start is what the node holds on top of the old flavor."""
-    state = holding(A, Flavor(1, 20000))
-    big = move("resize", A, A, Flavor(1, 20000), Flavor(1, 30000))
-    # 20000 held, 10000 more needed: 30000 of 30720 fits
+    """Every step of a same-node resize stays within capacity; the new
+    flavor checked at start is what the node holds beside the old one."""
+    state = holding(A, Flavor(1, 10000))
+    big = move("resize", A, A, Flavor(1, 10000), Flavor(1, 20000))
+    # 10000 held, 20000 more needed: 30000 of 30720 fits
     state = moves.start_move(state, CTX, big)
     assert used_memory(state) == 30000
     for step in (moves.finish_move, moves.confirm_move):
         state = step(state, MIG)
         assert used_memory(state) <= INVENTORIES[MEMORY_MB].capacity
-    assert used_memory(state) == 30000
+    assert used_memory(state) == 20000
+    # 20000 held: a same-node resize to 20000 more no longer fits
+    again = move("resize", A, A, Flavor(1, 20000), Flavor(1, 20000), uuid=MIG2)
+    with pytest.raises(errors.ComputeResourcesUnavailable):
+        moves.start_move(state, CTX, again)
 
 
 def test_the_tracked_old_flavor_is_recorded_not_the_callers_name():

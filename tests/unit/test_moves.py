@@ -143,14 +143,15 @@ COLD = migration("migration", SRC, DST)
             (2, 2048, 20),
             True,
         ),
-        # same-node resize counts the larger claim until confirm/revert
-        ("same-node grow", SRC, on(SRC, instance()), [("start", RESIZE_SAME)], (4, 4096, 40), True),
+        # a same-node resize holds both flavors until confirm/revert (the
+        # host holds both; Placement and nova's tracker count both)
+        ("same-node grow", SRC, on(SRC, instance()), [("start", RESIZE_SAME)], (6, 6144, 60), True),
         (
             "same-node grow finished",
             SRC,
             on(SRC, instance()),
             [("start", RESIZE_SAME), ("finish", MIG)],
-            (4, 4096, 40),
+            (6, 6144, 60),
             True,
         ),
         (
@@ -170,11 +171,11 @@ COLD = migration("migration", SRC, DST)
             True,
         ),
         (
-            "same-node shrink holds larger",
+            "same-node shrink holds both",
             SRC,
             on(SRC, instance(LARGE)),
             [("start", SHRINK_SAME), ("finish", MIG)],
-            (4, 4096, 40),
+            (6, 6144, 60),
             True,
         ),
         (
@@ -274,12 +275,16 @@ def test_refused_move_claims_change_nothing(start, move):
         moves.start_move(start, CTX, move)
 
 
-def test_same_node_resize_needs_only_the_growth_to_fit():
-    # 6 of 8 vCPUs used by the instance; growing to 8 needs only 2 more
-    state = on(SRC, instance(Flavor(6, 1024, 1)))
-    grow = migration("resize", SRC, SRC, Flavor(6, 1024, 1), Flavor(8, 1024, 1))
-    state = moves.start_move(state, CTX, grow)
-    assert used(state)[VCPU] == 8
+def test_a_same_node_resize_needs_the_whole_new_flavor_beside_the_old():
+    # 8 vCPUs at ratio 1, the instance holds 2: growing to 6 on the same
+    # node holds 2 + 6 until confirmed, as nova and Placement count it;
+    # growing to 7 does not fit, though its growth alone (5) would
+    state = on(SRC, instance(Flavor(2, 1024, 1)))
+    fits = migration("resize", SRC, SRC, Flavor(2, 1024, 1), Flavor(6, 1024, 1))
+    assert used(moves.start_move(state, CTX, fits))[VCPU] == 8
+    too_big = migration("resize", SRC, SRC, Flavor(2, 1024, 1), Flavor(7, 1024, 1))
+    with pytest.raises(errors.ComputeResourcesUnavailable):
+        moves.start_move(state, CTX, too_big)
 
 
 @pytest.mark.parametrize(
