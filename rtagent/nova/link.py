@@ -12,6 +12,7 @@ exercise what production sends over the wire.
 import logging
 
 from rtagent.exception import RtagentError
+from rtagent.rpc import transport
 
 LOG = logging.getLogger(__name__)
 
@@ -30,6 +31,17 @@ class AgentRefused(Exception):
         self.code = code
         self.message = message
         self.details = details or {}
+
+
+class AgentUnreachable(Exception):
+    """The rtagent daemon did not answer a call: it is down, restarting or
+    cut off from the broker (oslo.messaging's timeout or delivery failure,
+    kept as ``__cause__``). Whether the call reached it is unknown.
+    """
+
+    def __init__(self, method, reason):
+        super().__init__(f"{method}: the rtagent daemon did not answer ({reason})")
+        self.method = method
 
 
 def unwrap(method, reply):
@@ -123,7 +135,17 @@ class RpcLink:
         self._client = client
 
     def call(self, method, **args):
-        return unwrap(method, self._client.call(method, **args))
+        """The call's result.
+
+        :raises AgentRefused: the daemon answered with an error.
+        :raises AgentUnreachable: the daemon did not answer.
+        """
+        om = transport.messaging()
+        try:
+            reply = self._client.call(method, **args)
+        except (om.MessagingTimeout, om.MessageDeliveryFailure) as exc:
+            raise AgentUnreachable(method, f"{type(exc).__name__}: {exc}") from exc
+        return unwrap(method, reply)
 
     def audit(self, nodename=None, reading=None):
         """The daemon audits on its own schedule: nothing to do."""

@@ -42,7 +42,7 @@ from rtagent.nova import (
     reconcile,
     tickets,
 )
-from rtagent.nova.link import AgentRefused
+from rtagent.nova.link import AgentRefused, AgentUnreachable
 
 LOG = logging.getLogger(__name__)
 
@@ -641,9 +641,20 @@ class RtagentResourceTracker:
         instance.save()
 
     def update_usage(self, context, instance, nodename):
+        """Tell the agent of ``instance``'s new states.
+
+        Stock nova's update is local and cannot fail, and nova's delete
+        calls it before it deletes the instance's allocation: were an
+        absent daemon to fail it, the server would end in ERROR with its
+        guest gone and its allocation kept. So an unanswered call is logged
+        and nova goes on; nothing is lost: the daemon's periodic
+        reconciliation releases an instance nova has deleted or offloaded,
+        and a call the broker still holds is served when the daemon is back.
+        """
         cn = self.compute_nodes.get(nodename)
         if cn is None:
             return
+        answered = True
         try:
             self.link.call(
                 "update_instance",
@@ -656,11 +667,22 @@ class RtagentResourceTracker:
             if exc.code != "tracker.instance_not_found":
                 raise
             return
+        except AgentUnreachable as exc:
+            LOG.warning(
+                "Instance %s is now %s (task %s), but %s; nova goes on, and the "
+                "daemon's periodic settles the instance's claim when it is back",
+                instance.uuid,
+                instance.vm_state,
+                instance.task_state,
+                exc,
+            )
+            answered = False
         if vm_states.allow_resource_removal(
             vm_state=instance.vm_state, task_state=instance.task_state
         ):
             self._free_pci_rows_locked(context, instance, nodename)
-        self._refresh_node(cn)
+        if answered:
+            self._refresh_node(cn)
 
     def build_failed(self, nodename):
         self._node_call("build_failed", nodename)

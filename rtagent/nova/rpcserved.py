@@ -15,6 +15,9 @@ from rtagent.rpc.client import AgentClient
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.rpc.server import RPCServer
 
+# rtagent-nova-compute's default ([rtagent] rpc_timeout, docs/nova.md).
+CALL_TIMEOUT_S = 60
+
 
 class ServedLink(RpcLink):
     """:param local: the :class:`~rtagent.nova.link.LocalLink` whose agent
@@ -28,13 +31,20 @@ class ServedLink(RpcLink):
         # One transport for both ends: the fake driver's queues live in it.
         self._transport = transport.get_transport(conf, url="fake:/")
         on_change = local.prompt.request if local.prompt is not None else None
-        endpoint = AgentEndpoint(local.agent, host, local.agent_host_ip, on_change=on_change)
-        self._server = RPCServer(self._transport, host, endpoint)
+        self._host = host
+        self._endpoint = AgentEndpoint(local.agent, host, local.agent_host_ip, on_change=on_change)
+        self._server = RPCServer(self._transport, host, self._endpoint)
         self._server.start()
-        super().__init__(AgentClient(self._transport, host, timeout=60))
+        super().__init__(AgentClient(self._transport, host, timeout=CALL_TIMEOUT_S))
         self._local = local
         # The served agent, for tests that look at it directly.
         self.agent = local.agent
+
+    @property
+    def local(self):
+        """The in-process link to the same agent, which reaches it while
+        its RPC server does not serve (tests look at its state so)."""
+        return self._local
 
     def audit(self, nodename=None, reading=None):
         self._local.audit(nodename, reading)
@@ -49,6 +59,20 @@ class ServedLink(RpcLink):
         # Stands for the daemon's own hypervisor events, as audit() stands
         # for its loop.
         self._local.reread(nodename)
+
+    def stop_serving(self, call_timeout):
+        """Stand for a daemon that is down: its RPC server stops, and calls
+        give up after ``call_timeout`` seconds (the agent itself stays, as
+        the daemon's state directory does)."""
+        self._server.stop()
+        self._client = AgentClient(self._transport, self._host, timeout=call_timeout)
+
+    def serve_again(self):
+        """The daemon back: its RPC server serves again, and whatever the
+        transport kept for it while it was down."""
+        self._server = RPCServer(self._transport, self._host, self._endpoint)
+        self._server.start()
+        self._client = AgentClient(self._transport, self._host, timeout=CALL_TIMEOUT_S)
 
     def close(self):
         self._server.stop()
