@@ -55,6 +55,9 @@ MACHINE_WAIT_S = 900.0
 # libvirt log priority (1 debug .. 4 error); 1 to see why a start is slow.
 LOG_LEVEL = os.environ.get("RTAGENT_LIBVIRTD_LOG_LEVEL", "3")
 BINARIES = ("libvirtd", "virtlogd", "qemu-system-x86_64")
+# virDomainUndefineFlags: managed save, snapshot metadata, NVRAM,
+# checkpoint metadata (1 | 2 | 4 | 16).
+_UNDEFINE_ALL = 1 | 2 | 4 | 16
 
 
 class LibvirtdError(RuntimeError):
@@ -162,11 +165,28 @@ class Libvirtd:
 
     :param base_dir: directory for sockets, config and logs (default: a new
         temporary directory, removed on :meth:`stop`).
+    :param hostname: libvirtd runs in a UTS namespace of its own with this
+        hostname (what ``getHostname`` answers: nova's
+        ``hypervisor_hostname``), as a compute host of a test cloud.
+    :param owns_every_domain: every domain on this daemon is the caller's,
+        made by others than :meth:`create_guest` too (nova's libvirt
+        driver): :meth:`stop` destroys and undefines them all, so that no
+        persistent definition under /etc/libvirt/qemu outlives the test.
+        The machine lock makes the daemon the machine's only one.
     """
 
-    def __init__(self, base_dir=None, machine_wait_s=MACHINE_WAIT_S):
+    def __init__(
+        self,
+        base_dir=None,
+        machine_wait_s=MACHINE_WAIT_S,
+        *,
+        hostname=None,
+        owns_every_domain=False,
+    ):
         self._own_dir = base_dir is None
         self._machine_wait_s = machine_wait_s
+        self.hostname = hostname
+        self.owns_every_domain = owns_every_domain
         self._machine_lock = None
         self.dir = base_dir or tempfile.mkdtemp(prefix="rtagent-libvirtd-")
         self.sock_dir = os.path.join(self.dir, "run")
@@ -240,10 +260,21 @@ class Libvirtd:
 
     def start_libvirtd(self, timeout=START_TIMEOUT_S):
         """(Re)start libvirtd alone; running guests survive a restart."""
-        self.libvirtd = self._spawn(
-            ["libvirtd", "-f", self.conf_path, "-p", os.path.join(self.dir, "libvirtd.pid")],
-            os.path.join(self.dir, "libvirtd.stderr"),
-        )
+        argv = ["libvirtd", "-f", self.conf_path, "-p", os.path.join(self.dir, "libvirtd.pid")]
+        if self.hostname is not None:
+            # unshare and sh exec in turn: the PID is libvirtd's.
+            argv = [
+                "unshare",
+                "--uts",
+                "--",
+                "sh",
+                "-c",
+                'hostname "$0" && exec "$@"',
+                self.hostname,
+                _which("libvirtd") or "libvirtd",
+                *argv[1:],
+            ]
+        self.libvirtd = self._spawn(argv, os.path.join(self.dir, "libvirtd.stderr"))
         self._wait_ready(timeout)
 
     def stop_libvirtd(self):
@@ -300,10 +331,21 @@ class Libvirtd:
             return
         try:
             for dom in conn.listAllDomains(0):
-                if dom.name().startswith(self.prefix):
+                name = dom.name()
+                if not (self.owns_every_domain or name.startswith(self.prefix)):
+                    continue
+                try:
+                    dom.destroy()
+                    self._guest_pids.pop(name, None)
+                except libvirt.libvirtError:
+                    # Shut off already, or QEMU not answering: killed by
+                    # its PID in stop() (a guest this daemon started).
+                    pid = self._read_guest_pid(name) if self.owns_every_domain else None
+                    if pid:
+                        self._guest_pids[name] = pid
+                if self.owns_every_domain:
                     with contextlib.suppress(libvirt.libvirtError):
-                        dom.destroy()
-                    self._guest_pids.pop(dom.name(), None)
+                        dom.undefineFlags(_UNDEFINE_ALL)
         finally:
             conn.close()
 

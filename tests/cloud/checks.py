@@ -8,21 +8,27 @@ import dataclasses
 
 from tests.cloud.control import ACCOUNTING
 
-CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
+CLASSES = ("VCPU", "PCPU", "MEMORY_MB", "DISK_GB")
 RESERVED_MEMORY_MB = int(ACCOUNTING["reserved_host_memory_mb"])
 RESERVED_DISK_GB = int(ACCOUNTING["reserved_host_disk_mb"]) // 1024
+RESERVED = {"VCPU": 0, "PCPU": 0, "MEMORY_MB": RESERVED_MEMORY_MB, "DISK_GB": RESERVED_DISK_GB}
 
 
 @dataclasses.dataclass(frozen=True)
 class Flavor:
+    """A flavor; ``dedicated``: its vCPUs are pinned (``hw:cpu_policy``),
+    allocated as PCPU."""
+
     name: str
     vcpus: int
     ram: int
     disk: int
     id: str = ""
+    dedicated: bool = False
 
     def resources(self):
-        return {"VCPU": self.vcpus, "MEMORY_MB": self.ram, "DISK_GB": self.disk}
+        cpus = "PCPU" if self.dedicated else "VCPU"
+        return {cpus: self.vcpus, "MEMORY_MB": self.ram, "DISK_GB": self.disk}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +125,10 @@ def compare(model, view, server_allocations, providers):
     usage = model.usage(host)
     expect("placement", "usages", usage, {rc: view.usages.get(rc, 0) for rc in CLASSES})
     expect("placement", "allocations", model.consumers(host), view.allocations)
+    # What the host reserves is the configuration's alone: a guest the
+    # agent took for an untracked domain would be reserved too.
+    reserved = {rc: inv["reserved"] for rc, inv in view.inventories.items()}
+    expect("placement", "reserved", {rc: RESERVED.get(rc, 0) for rc in reserved}, reserved)
     for rc, inv in view.inventories.items():
         capacity = (inv["total"] - inv["reserved"]) * inv["allocation_ratio"]
         if view.usages.get(rc, 0) > capacity:
@@ -141,7 +151,8 @@ def compare(model, view, server_allocations, providers):
 
 def _hypervisor(model, view, usage, totals, expect):
     hv = view.hypervisor
-    expect("os-hypervisors", "vcpus_used", usage["VCPU"], hv["vcpus_used"])
+    # nova counts a pinned server's vCPUs as used vCPUs too.
+    expect("os-hypervisors", "vcpus_used", usage["VCPU"] + usage["PCPU"], hv["vcpus_used"])
     expect(
         "os-hypervisors",
         "memory_mb_used",

@@ -57,10 +57,15 @@ def write_conf(path, sections):
 
 class ControlPlane:
     """Everything of the cloud but its hosts. ``figures`` collects
-    ``key: seconds`` of the start-up."""
+    ``key: seconds`` of the start-up.
 
-    def __init__(self, workdir):
+    :param nova_options: ``{section: {option: value}}`` in every nova
+        service's nova.conf, the hosts' included.
+    """
+
+    def __init__(self, workdir, nova_options=None):
         self.workdir = workdir
+        self.nova_options = nova_options or {}
         self.logdir = os.path.join(workdir, "logs")
         os.makedirs(self.logdir, exist_ok=True)
         self.figures = {}
@@ -264,8 +269,9 @@ class ControlPlane:
             "scheduler": {"workers": "1", "discover_hosts_in_cells_interval": "2"},
             "conductor": {"workers": "1"},
         }
-        for section, options in (extra or {}).items():
-            sections.setdefault(section, {}).update(options)
+        for more in (self.nova_options, extra or {}):
+            for section, options in more.items():
+                sections.setdefault(section, {}).update(options)
         return write_conf(path, sections)
 
     def _write_api_paste(self):

@@ -143,21 +143,28 @@ class Cloud:
             found += compare(self.model, view, allocations, self.providers)
         return found, views
 
-    def agree(self, step, bound=BOUND_S, **figures):
+    def agree(self, step, bound=BOUND_S, sources=None, **figures):
         """Wait until Placement, os-hypervisors and every running agent
         agree with the model (the agents' last word from ``rtagent status
         --json``), within ``bound`` s; record the step's figures.
 
+        :param sources: the sources judged (``Finding.source``), or None
+            for all.
         :raises Disagreement: a source disagrees after the bound.
         """
         t0 = time.monotonic()
         deadline = t0 + bound
+
+        def judged(command=False):
+            found, views = self.findings(command)
+            return [f for f in found if sources is None or f.source in sources], views
+
         while True:
             for service in self.services():
                 service.check()
-            found, views = self.findings()
+            found, views = judged()
             if not found:
-                found, views = self.findings(command=True)
+                found, views = judged(command=True)
                 if not found:
                     break
             now = time.monotonic()

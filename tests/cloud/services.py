@@ -108,6 +108,19 @@ class Service:
             )
         return took
 
+    def kill(self):
+        """SIGKILL by PID at once, as the OOM killer would; :meth:`start`
+        starts it again."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.kill()
+        proc.wait(10)
+        if os.path.exists(self.pidfile):
+            os.unlink(self.pidfile)
+        with open(self.log_path, "ab") as log:
+            log.write(f"==== {time.strftime('%H:%M:%S')} killed (SIGKILL)\n".encode())
+
     def tail(self, lines=TAIL_LINES):
         try:
             with open(self.log_path, "rb") as f:

@@ -1,9 +1,12 @@
 """Stand-ins for glance and neutron in the test cloud: two small HTTP
 servers in one process, answering only what nova asks of them here.
 
-- glance (image API v2): ``GET /v2/images/{IMAGE_ID}`` (one active raw image,
-  no data), ``GET /v2/schemas/image`` and the versions document; nova-api
-  reads the image on boot, rebuild and evacuation.
+- glance (image API v2): ``GET /v2/images/{IMAGE_ID}`` (one active raw image),
+  ``GET /v2/schemas/image`` and the versions document; nova-api reads the
+  image on boot, rebuild and evacuation. Its data, ``GET
+  /v2/images/{IMAGE_ID}/file``, is 1 MiB of zeros, which nova's libvirt
+  driver downloads (tests/hypervisor): QEMU starts on it, the BIOS finds
+  nothing to boot and the guest stays running.
 - neutron (networking API v2.0): empty lists for ``ports``, ``networks``,
   ``extensions``, ``security-groups`` and ``floatingips``; nova asks for them
   even for servers booted with ``"networks": "none"``.
@@ -99,7 +102,11 @@ def _handler(who, answer):
 
         def do_GET(self):
             base = f"http://{self.headers.get('Host', '127.0.0.1')}"
-            status, body = answer(self.path.split("?", 1)[0], base)
+            path = self.path.split("?", 1)[0]
+            if who == "glance" and path == IMAGE["file"]:
+                self._send_image_data()
+                return
+            status, body = answer(path, base)
             if status != 200:
                 print(f"stand-in {who}: not served: GET {self.path}", file=sys.stderr, flush=True)
             data = json.dumps(body).encode()
@@ -109,6 +116,14 @@ def _handler(who, answer):
             self.send_header("X-Stand-In", who)
             self.end_headers()
             self.wfile.write(data)
+
+        def _send_image_data(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(IMAGE["size"]))
+            self.send_header("X-Stand-In", who)
+            self.end_headers()
+            self.wfile.write(bytes(IMAGE["size"]))
 
         def _refuse(self):
             line = f"stand-in {who}: refused: {self.command} {self.path}"
