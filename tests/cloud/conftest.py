@@ -2,38 +2,19 @@
 per test (or per scenario); step figures printed at the end of the run,
 every service's last log lines printed with a failure."""
 
-import os
-import shutil
-import signal
 import time
 
 import pytest
 
+from tests.cloud.session import attach_tails, end_on_sigterm, missing
 from tests.requirements import require
 
 _FIGURES = []
 _STARTED = time.monotonic()
 
 
-def _missing():
-    try:
-        import nova  # noqa: F401
-    except ImportError:
-        return "nova is not installed here (make test-cloud runs these in .venv-nova)"
-    from rtagent.testing.postgres import missing_requirements as postgres_missing
-    from rtagent.testing.rabbitmq import missing_requirements as rabbit_missing
-
-    if shutil.which("unshare") is None:
-        return "unshare (util-linux) is not installed"
-    if os.geteuid() != 0:
-        return "must run as root (UTS namespaces, PostgreSQL as its user)"
-    return rabbit_missing() or postgres_missing()
-
-
 def pytest_configure(config):
-    # A SIGTERM (a CI timeout) ends the run as Ctrl-C does: the fixtures'
-    # finalizers stop every process by its PID.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    end_on_sigterm()
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -47,16 +28,7 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    report = outcome.get_result()
-    if report.when == "teardown" or not report.failed:
-        return
-    for name in ("scenario", "adoption"):
-        holder = item.funcargs.get(name) if hasattr(item, "funcargs") else None
-        cloud = getattr(holder, "cloud", holder)
-        if cloud is not None and hasattr(cloud, "tails"):
-            text = "\n".join(f"--- {service}\n{tail}" for service, tail in cloud.tails())
-            report.sections.append(("test cloud: last lines of every service's log", text))
-            return
+    attach_tails(item, outcome.get_result())
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +39,7 @@ def figures():
 @pytest.fixture(scope="session")
 def control(tmp_path_factory, figures):
     """The control plane, started once for the session."""
-    require(_missing(), "test cloud")
+    require(missing("test-cloud"), "test cloud")
     from tests.cloud.control import ControlPlane
 
     t0 = time.monotonic()

@@ -98,33 +98,34 @@ class Host:
     # -- configuration ----------------------------------------------------------
 
     def _write_agent_conf(self):
+        return write_conf(os.path.join(self.dir, "rtagent.conf"), self._agent_sections())
+
+    def _agent_sections(self):
+        """rtagent.conf as ``{section: {option: value}}``."""
         control = self.control
-        return write_conf(
-            os.path.join(self.dir, "rtagent.conf"),
-            {
-                "DEFAULT": {
-                    "host": self.name,
-                    "state_path": self.agent_state,
-                    "transport_url": control.rabbit.transport_url,
-                    **ACCOUNTING,
-                },
-                "libvirt": {
-                    "connection_uri": f"test:///{self.host_xml}",
-                    "instances_path": self.instances,
-                },
-                "placement": {
-                    "auth_type": "admin_token",
-                    "endpoint": control.placement.endpoint,
-                    "token": "admin",
-                },
-                "rtagent": {
-                    "audit_interval": AGENT_AUDIT_S,
-                    "placement_refresh_interval": "0",
-                },
-                "daemon": {"startup_delay": "0"},
-                "health": {"port": self.health_port},
+        return {
+            "DEFAULT": {
+                "host": self.name,
+                "state_path": self.agent_state,
+                "transport_url": control.rabbit.transport_url,
+                **ACCOUNTING,
             },
-        )
+            "libvirt": {
+                "connection_uri": f"test:///{self.host_xml}",
+                "instances_path": self.instances,
+            },
+            "placement": {
+                "auth_type": "admin_token",
+                "endpoint": control.placement.endpoint,
+                "token": "admin",
+            },
+            "rtagent": {
+                "audit_interval": AGENT_AUDIT_S,
+                "placement_refresh_interval": "0",
+            },
+            "daemon": {"startup_delay": "0"},
+            "health": {"port": self.health_port},
+        }
 
     def _write_nova_conf(self, on_rtagent):
         extra = {

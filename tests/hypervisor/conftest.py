@@ -2,13 +2,11 @@
 same-host resizes allowed (every nova service must allow them), and the
 step lines printed when the run ends, the summary last."""
 
-import os
-import shutil
-import signal
 import time
 
 import pytest
 
+from tests.cloud.session import attach_tails, end_on_sigterm, missing
 from tests.requirements import require
 
 # ``hypervisor_step=NAME agree=yes|no`` per step, in order.
@@ -17,26 +15,14 @@ _FIGURES = []
 _STARTED = time.monotonic()
 
 
-def _missing():
-    try:
-        import nova  # noqa: F401
-    except ImportError:
-        return "nova is not installed here (make test-hypervisor runs these in .venv-nova)"
-    from rtagent.testing.libvirtd import missing_requirements as libvirtd_missing
-    from rtagent.testing.postgres import missing_requirements as postgres_missing
-    from rtagent.testing.rabbitmq import missing_requirements as rabbit_missing
+def _libvirtd_missing():
+    from rtagent.testing.libvirtd import missing_requirements
 
-    if shutil.which("unshare") is None:
-        return "unshare (util-linux) is not installed"
-    if os.geteuid() != 0:
-        return "must run as root (UTS namespaces, libvirtd's QEMU driver, PostgreSQL)"
-    return rabbit_missing() or postgres_missing() or libvirtd_missing()
+    return missing_requirements()
 
 
 def pytest_configure(config):
-    # A SIGTERM (a CI timeout) ends the run as Ctrl-C does: the fixtures'
-    # finalizers stop every process (and guest) by its PID.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    end_on_sigterm()
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -64,14 +50,7 @@ def pytest_unconfigure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    report = outcome.get_result()
-    if report.when == "teardown" or not report.failed:
-        return
-    holder = item.funcargs.get("scenario") if hasattr(item, "funcargs") else None
-    cloud = getattr(holder, "cloud", None)
-    if cloud is not None:
-        text = "\n".join(f"--- {service}\n{tail}" for service, tail in cloud.tails())
-        report.sections.append(("test cloud: last lines of every service's log", text))
+    attach_tails(item, outcome.get_result(), holders=("scenario",))
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +65,7 @@ def steps():
 
 @pytest.fixture(scope="session")
 def control(tmp_path_factory, figures):
-    require(_missing(), "real hypervisor")
+    require(missing("test-hypervisor", _libvirtd_missing), "real hypervisor")
     from tests.cloud.control import ControlPlane
 
     t0 = time.monotonic()

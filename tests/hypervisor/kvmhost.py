@@ -9,8 +9,8 @@ lists what it takes; each setting below says why it is there.
 import os
 
 from rtagent.testing.libvirtd import Libvirtd
-from tests.cloud.control import BIN, write_conf
-from tests.cloud.hosts import AGENT_AUDIT_S, Host
+from tests.cloud.control import ACCOUNTING, BIN
+from tests.cloud.hosts import Host
 
 # 2 CPUs here: CPU 1 for pinned guests, CPU 0 shared by the others.
 CPU_DEDICATED_SET = "1"
@@ -41,43 +41,18 @@ class KvmHost(Host):
         os.makedirs(self.libvirtd.dir, exist_ok=True)
         super().__init__(name, control, workdir)
 
-    def _write_agent_conf(self):
-        control = self.control
-        return write_conf(
-            os.path.join(self.dir, "rtagent.conf"),
-            {
-                "DEFAULT": {
-                    "host": self.name,
-                    "state_path": self.agent_state,
-                    "transport_url": control.rabbit.transport_url,
-                    **self._accounting(),
-                },
-                "compute": {
-                    "cpu_dedicated_set": CPU_DEDICATED_SET,
-                    "cpu_shared_set": CPU_SHARED_SET,
-                },
-                # The agent reads; only nova's driver writes.
-                "libvirt": {
-                    "connection_uri": self.libvirtd.ro_uri,
-                    "instances_path": self.instances,
-                },
-                "placement": {
-                    "auth_type": "admin_token",
-                    "endpoint": control.placement.endpoint,
-                    "token": "admin",
-                },
-                "rtagent": {
-                    "audit_interval": AGENT_AUDIT_S,
-                    "placement_refresh_interval": "0",
-                },
-                "daemon": {"startup_delay": "0"},
-                "health": {"port": self.health_port},
-            },
-        )
+    def _agent_sections(self):
+        sections = super()._agent_sections()
+        sections["DEFAULT"].update(self._accounting())
+        sections["compute"] = {
+            "cpu_dedicated_set": CPU_DEDICATED_SET,
+            "cpu_shared_set": CPU_SHARED_SET,
+        }
+        # The agent reads; only nova's driver writes.
+        sections["libvirt"]["connection_uri"] = self.libvirtd.ro_uri
+        return sections
 
     def _accounting(self):
-        from tests.cloud.control import ACCOUNTING
-
         return {**ACCOUNTING, "cpu_allocation_ratio": CPU_ALLOCATION_RATIO}
 
     def _write_nova_conf(self, on_rtagent):
