@@ -180,7 +180,7 @@ def summarize(records, head_tree, constraints_sha256, listed, default_parts):
             lines[test] = line
     missing = sorted(set(range(1, n + 1)) - {r["part"] for r in records})
     if missing:
-        problems.append(f"missing parts of {n}: {', '.join(map(str, missing))}")
+        problems.append(f"missing parts of {n}: {_ranges(missing)}")
     outcomes = {}
     for test, line in lines.items():
         outcome = line.get("rtagent")
@@ -214,3 +214,14 @@ def summarize(records, head_tree, constraints_sha256, listed, default_parts):
         "full_parts_partial": partial,
     }
     return figures, problems
+
+
+def _ranges(numbers):
+    """'1, 3-5' of sorted [1, 3, 4, 5]."""
+    runs = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

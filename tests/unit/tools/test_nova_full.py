@@ -147,14 +147,14 @@ def test_missing_and_partial_parts_are_counted():
     records = [_part(2, 4, CODE, {}, restricted=True)]
     figures, problems = _summary(records, n=4)
     assert figures["full_parts_missing"] == 3 and figures["full_parts_partial"] == 1
-    assert "missing parts of 4: 1, 3, 4" in problems
+    assert "missing parts of 4: 1, 3-4" in problems
     assert figures["full_parts"] == 4 and figures["full_recorded"] == 2
 
 
 def test_no_part_kept_is_every_part_missing():
     figures, problems = _summary([], n=8)
     assert figures["full_parts_missing"] == 8 and figures["full_recorded"] == 0
-    assert problems == ["missing parts of 8: 1, 2, 3, 4, 5, 6, 7, 8"]
+    assert problems == ["missing parts of 8: 1-8"]
 
 
 def test_parts_of_different_splits_cannot_be_summed():
