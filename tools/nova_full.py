@@ -214,7 +214,8 @@ def main(argv=None):
     go.add_argument("--part", required=True, help="k/n: part k of the tree split in n")
     go.add_argument("--tests", nargs="+", help="only these ids of the part (needs --out)")
     go.add_argument("--out", help=f"where the part's file goes (default {KEPT})")
-    go.add_argument("--workdir", default=os.path.join(TOP, ".nova-tests-full"))
+    # Under make test-nova's own (git-ignored, removed by make clean).
+    go.add_argument("--workdir", default=os.path.join(TOP, ".nova-tests", "full"))
     go.add_argument("--concurrency", type=int, default=2)
     go.add_argument("--constraints", default=CONSTRAINTS, help="pins of .venv-nova")
     go.add_argument("--exceptions", default=DOC, help="the document listing the exceptions")
