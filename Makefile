@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 
 NOVA_VENV ?= .venv-nova
 
-.PHONY: all venv nova-venv demo test test-nova test-nova-integration test-nova-suites test-cloud test-hypervisor nova-baseline unit functional lint format genconfig check-genconfig bench bench-fleet soak clean
+.PHONY: all venv nova-venv demo test test-nova test-nova-integration test-nova-suites test-nova-full test-nova-full-summary test-cloud test-hypervisor nova-baseline unit functional lint format genconfig check-genconfig bench bench-fleet soak clean
 
 all: test
 
@@ -39,6 +39,18 @@ test-nova-integration: nova-venv
 
 test-nova-suites: nova-venv
 	$(NOVA_VENV)/bin/python tools/nova_tests.py
+
+# Every test of nova's functional tree, stock and with rtagent, one part at
+# a time (PART=k/n; the record is kept in 8 parts), each part's result kept
+# in tools/nova-full/ with the commit it ran at (tools/nova_full.py;
+# docs/nova.md, "The whole-tree record"). Not part of CI: hours on 2 cores.
+test-nova-full: nova-venv
+	@[ -n "$(PART)" ] || { echo "make test-nova-full needs PART=k/n, e.g. PART=1/8"; exit 2; }
+	$(NOVA_VENV)/bin/python tools/nova_full.py run --part $(PART) $(NOVA_FULL_ARGS)
+
+# The whole tree's figures from the kept parts alone (no nova environment).
+test-nova-full-summary:
+	@python3 tools/nova_full.py summary
 
 # A real two-host nova cloud on rtagent, driven through nova's REST API
 # (tests/cloud, issue 33): RabbitMQ, Placement, PostgreSQL, nova-api,

@@ -199,13 +199,32 @@ class Judge:
         runner = st.Runner(self.workdir, environment(mode, proof_dir), label, hang)
         found = runner.run(ids, concurrency, run_wall, seconds)
         return {
-            t: verdict.Attempt(r.status, r.text, _proof(proof_dir, t)) for t, r in found.items()
+            t: verdict.Attempt(r.status, r.text, _proof(proof_dir, t, r.scenarios))
+            for t, r in found.items()
         }
 
 
-def _proof(proof_dir, test):
+def _proof(proof_dir, test, scenarios=()):
+    """The test's proof record; for a test with scenarios, the one that
+    proves least (rtagent writes one per scenario: its own test id), or
+    None when a scenario wrote none."""
+    if not scenarios:
+        return _read_proof(os.path.join(proof_dir, f"{test}.json"))
+    proofs = [_read_proof(os.path.join(proof_dir, f"{test}({s}).json")) for s in scenarios]
+    if any(proof is None for proof in proofs):
+        return None
+    rank = {verdict.NOT_INJECTED: 0, verdict.TRACKER_UNUSED: 1, verdict.PASSED: 2}
+    # Not injected in one scenario is not injected; served in one (the
+    # others asking nothing) is served.
+    worst = min(proofs, key=lambda p: rank[verdict.injected(p)[0]])
+    if verdict.injected(worst)[0] == verdict.NOT_INJECTED:
+        return worst
+    return max(proofs, key=lambda p: rank[verdict.injected(p)[0]])
+
+
+def _read_proof(path):
     try:
-        with open(os.path.join(proof_dir, f"{test}.json")) as f:
+        with open(path) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None

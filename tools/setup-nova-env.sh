@@ -11,7 +11,14 @@
 # - its fixtures turn SQLAlchemy deprecation warnings into errors, and
 #   SQLAlchemy 2.1 emits some, so it stays below 2.1 here;
 # - its API fixture reads etc/nova/api-paste.ini beside the directory that
-#   holds the nova package, while the wheel installs it under <venv>/etc.
+#   holds the nova package, while the wheel installs it under <venv>/etc;
+# - its api_sample_tests and notification sample tests read the samples of
+#   nova's documentation, doc/api_samples and doc/notification_samples,
+#   beside that directory too (nova/tests/functional/api_samples_test_base.py
+#   and notification_sample_tests/notification_sample_base.py go three and
+#   four directories up from their own), and the wheel has no doc/ at all:
+#   they come from nova's source distribution of the same version, checked
+#   against its digest (make test-nova-full runs them; docs/nova.md).
 #
 # make test-cloud runs nova's services on PostgreSQL, through psycopg2. Its
 # pin is here, not in the constraints file: nova's suites (make test-nova)
@@ -22,6 +29,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 venv=${RTAGENT_NOVA_VENV:-$top/.venv-nova}
 python=${PYTHON:-python3}
 constraints=$top/tools/nova-constraints.txt
+# nova 34.0.0's source distribution on PyPI (nova-34.0.0.tar.gz).
+nova_sdist_sha256=919eef77cda4ce0cc4746a5853b5d9341ebd0ae37bc8b1939eb77d17727c00df
 
 # libvirt-python (an rtagent dependency) compiles against libvirt-dev, which
 # tools/setup-env.sh installs; make test-nova runs that first.
@@ -48,4 +57,26 @@ if [ ! -f "$stamp" ] || [ "$top/pyproject.toml" -nt "$stamp" ] || [ "$constraint
     echo "import rtagent.nova.testhook as _h; _h.install_if_requested()" \
         > "$site/rtagent_nova_testhook.pth"
     touch "$stamp"
+fi
+
+# The documentation samples, apart from the install above so that an
+# environment built before them gets them without reinstalling. The stamp
+# holds the digest of the source distribution they came from.
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+samples_stamp=$site/doc/.rtagent-nova-samples
+if [ "$(cat "$samples_stamp" 2>/dev/null)" != "$nova_sdist_sha256" ]; then
+    echo "setup-nova: placing nova 34.0.0's doc/api_samples and doc/notification_samples from its source distribution"
+    download=$(mktemp -d)
+    trap 'rm -rf "$download"' EXIT
+    "$venv/bin/pip" download -q --no-binary :all: --no-deps -d "$download" 'nova==34.0.0'
+    sdist=$download/nova-34.0.0.tar.gz
+    if ! echo "$nova_sdist_sha256  $sdist" | sha256sum -c --quiet -; then
+        echo "setup-nova: $sdist is not nova 34.0.0's source distribution (sha256 differs)" >&2
+        exit 1
+    fi
+    rm -rf "$site/doc/api_samples" "$site/doc/notification_samples"
+    mkdir -p "$site/doc"
+    tar -xzf "$sdist" -C "$site/doc" --strip-components=2 \
+        nova-34.0.0/doc/api_samples nova-34.0.0/doc/notification_samples
+    echo "$nova_sdist_sha256" > "$samples_stamp"
 fi

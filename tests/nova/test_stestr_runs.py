@@ -237,3 +237,44 @@ def test_a_stray_signature_byte_is_not_a_packet():
     junk = bytes([0xB3, 0, 0, 0])
     assert stestr.complete(junk + data) == len(junk) + len(data)
     assert stestr.complete(junk) == len(junk)
+
+
+SCENARIOS = """
+import testscenarios, unittest
+
+class S(testscenarios.WithScenarios, unittest.TestCase):
+    scenarios = [("one", {"value": 1}), ("two", {"value": 2})]
+
+    def test_both_pass(self):
+        pass
+
+    def test_two_fails(self):
+        self.assertEqual(1, self.value, "scenario two fails")
+
+    def test_both_skip(self):
+        self.skipTest("not here")
+"""
+
+
+def test_a_test_s_scenarios_are_judged_as_the_test_stestr_lists(tmp_path):
+    # nova's api_sample_tests run each listed id as one run per scenario,
+    # each with the scenario in its id: a listed id must not read as never
+    # run, and one failing scenario fails it.
+    suite = tmp_path / "suite"
+    (suite / "fake").mkdir(parents=True)
+    (suite / "fake" / "__init__.py").write_text("")
+    (suite / "fake" / "test_s.py").write_text(textwrap.dedent(SCENARIOS))
+    ids = [f"fake.test_s.S.test_{n}" for n in ("both_pass", "two_fails", "both_skip")]
+    runner = stestr.Runner(
+        str(tmp_path / "work"), dict(os.environ), "s", 60.0, tests=(str(suite),) * 2
+    )
+    found = runner.run(ids, 1, 120)
+    assert [found[t].status for t in ids] == ["success", "fail", "skip"], found
+    assert all(found[t].scenarios == ("one", "two") for t in ids)
+    assert found[ids[1]].text.startswith("two: ") and "scenario two fails" in found[ids[1]].text
+    assert "not here" in found[ids[2]].text
+
+
+def test_a_plain_id_is_its_own_listed_id():
+    assert stestr.listed_id("a.B.test_c") == ("a.B.test_c", None)
+    assert stestr.listed_id("a.B.test_c(v2_28)") == ("a.B.test_c", "v2_28")

@@ -12,6 +12,7 @@ minutes, not the rest of the suite.
 
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,10 +26,12 @@ POLL = 5
 
 class Result:
     """One test's end: ``status`` (success, fail, skip, hung, not run), the
-    failure's ``text`` and the ``seconds`` it took."""
+    failure's or the skip's ``text``, the ``seconds`` it took and, for a test
+    with scenarios, the ``scenarios`` it ran (each a run of its own)."""
 
-    def __init__(self, status, text="", seconds=0.0):
+    def __init__(self, status, text="", seconds=0.0, scenarios=()):
         self.status, self.text, self.seconds = status, text, seconds
+        self.scenarios = tuple(scenarios)
 
     def __repr__(self):
         return f"Result({self.status!r}, {self.seconds:.1f}s)"
@@ -219,6 +222,35 @@ _ENDS = {
     "fail": "fail",
     "uxsuccess": "fail",
 }
+# A run of one scenario of a listed test: testscenarios' WithScenarios (nova's
+# api_sample_tests) multiplies a test when it runs, so ``stestr list`` names
+# ``...test_x`` and the stream ``...test_x(v2_28)``.
+_SCENARIO = re.compile(r"^(?P<listed>[^()]+)\((?P<scenario>[^()]+)\)$")
+
+
+def listed_id(test_id):
+    """(the id ``stestr list`` names, the scenario's name or None)."""
+    match = _SCENARIO.match(test_id)
+    return (match.group("listed"), match.group("scenario")) if match else (test_id, None)
+
+
+def merged(runs):
+    """One :class:`Result` of a listed test from {scenario: Result}: it
+    fails if any scenario failed (each failure's text after its scenario's
+    name), passes if the others passed, and is skipped if all were."""
+    names = sorted(runs)
+    statuses = [runs[n].status for n in names]
+    seconds = sum(runs[n].seconds for n in names)
+    if "fail" in statuses:
+        status = "fail"
+        text = "\n".join(f"{n}: {runs[n].text}" for n in names if runs[n].status == "fail")
+    elif "success" in statuses:
+        status, text = "success", ""
+    else:
+        status, text = "skip", runs[names[0]].text
+    return Result(status, text, seconds, names)
+
+
 # The attachments of a failed test its outcome quotes; the others (each
 # test's captured log, tens of kB) are not kept.
 _QUOTED = ("reason", "traceback")
@@ -259,12 +291,13 @@ def complete(data):
 
 class _Tally(testtools.StreamResult):
     """Each test's state as a stream's events arrive: ``running`` (started,
-    not ended) and ``ended`` ({test id: Result})."""
+    not ended) and ``ended`` ({test id: Result}), by the ids ``stestr list``
+    names: the runs of a test's scenarios are that test's."""
 
     def __init__(self):
         super().__init__()
         self.running, self.ended = set(), {}
-        self._first, self._quoted = {}, {}
+        self._first, self._quoted, self._scenarios = {}, {}, {}
 
     def status(self, test_id=None, test_status=None, file_name=None, file_bytes=None, **kwargs):
         if test_id is None or test_id == "subunit.parser":
@@ -273,7 +306,7 @@ class _Tally(testtools.StreamResult):
         if test_status in ("exists", "inprogress"):
             # A listing ("exists") or a start: what came before is not this
             # run of the test.
-            self.running.discard(test_id)
+            self.running.discard(listed_id(test_id)[0])
             self._first.pop(test_id, None)
             self._quoted.pop(test_id, None)
         if stamp is not None:
@@ -282,19 +315,27 @@ class _Tally(testtools.StreamResult):
             quoted = self._quoted.setdefault(test_id, {})
             quoted[file_name] = quoted.get(file_name, b"") + file_bytes
         if test_status == "inprogress":
-            self.running.add(test_id)
+            self.running.add(listed_id(test_id)[0])
         elif test_status in _ENDS:
             self._end(test_id, _ENDS[test_status], stamp)
 
     def _end(self, test_id, status, stamp):
-        self.running.discard(test_id)
+        listed, scenario = listed_id(test_id)
+        self.running.discard(listed)
         first = self._first.pop(test_id, None)
         quoted = self._quoted.pop(test_id, {})
         text = ""
-        if status == "fail":
+        # A skip's reason is kept too: the whole-tree record says why stock
+        # nova skips a test.
+        if status in ("fail", "skip"):
             text = "\n".join(quoted[name].decode("utf-8", "replace") for name in sorted(quoted))
         seconds = (stamp - first).total_seconds() if first and stamp else 0.0
-        self.ended[test_id] = Result(status, text, seconds)
+        if scenario is None:
+            self.ended[test_id] = Result(status, text, seconds)
+            return
+        runs = self._scenarios.setdefault(listed, {})
+        runs[scenario] = Result(status, text, seconds)
+        self.ended[listed] = merged(runs)
 
 
 class Watch:
