@@ -36,11 +36,7 @@ def clash(holds):
             return f"PCI device {address} is held twice by instance {owner}"
     for owner, address, parent in holds:
         if parent is not None and parent in owners:
-            pf_owner = owners[parent]
-            by = (
-                f"instance {owner}"
-                if pf_owner == owner
-                else f"two instances, {pf_owner} (the PF) and {owner} (the VF)"
-            )
-            return f"PF {parent} and its VF {address} are both held, by {by}"
+            if owners[parent] == owner:
+                return f"PF {parent} is held beside its own VF {address} by instance {owner}"
+            return f"PF {parent} ({owners[parent]}) is held beside its VF {address} ({owner})"
     return None
