@@ -1,16 +1,24 @@
 """Hostile callers and a hostile host, against a real ``rtagent run``.
 
 The agent runs as systemd would run it (a subprocess over a private
-RabbitMQ and a real Placement process, the libvirt test driver's demo
-host, its health port on loopback). Then, in turn:
+RabbitMQ and a real Placement process, the libvirt test driver's SR-IOV
+host with its PF and VFs tracked, its health port on loopback). Then, in
+turn:
 
 1. before: claim latency from 4 conductors (the baseline);
 2. fuzz: 16 threads send >= 10,000 calls mixing hostile payloads (deep
    nesting, huge and odd strings, control, bidi and surrogate characters,
    NaN and infinite numbers, floats for integers, unknown methods and
-   attributes, odd version strings) with valid claims and aborts. After
-   every batch the agent's usage is recounted against the claims it
-   acknowledged: a lost or double-counted claim is a MISS;
+   attributes, odd version strings) with valid claims and aborts, and
+   claims of PCI devices a guest already runs with (RPC 1.7
+   ``running_devices`` on the SR-IOV host: a VF named twice in two cases, a
+   PF beside its own VF, a PF for a request not asking for PFs, random
+   addresses in either case, held and absent ones). After every batch the
+   agent's usage is recounted against the claims it acknowledged: a lost
+   or double-counted claim is a MISS; so is a claim granted that the
+   holding rules refuse (docs/pci.md, "What an instance may hold"), a
+   granted claim holding a device twice, a PF beside its VF or not its
+   count, and a device ``get_status`` shows held twice or beside its PF;
 3. half-open: 1,500 connections to the health port that never send a
    request, held while claims are measured again;
 4. SIGHUP storm: 3,000 SIGHUPs in a burst while claims are measured;
@@ -83,7 +91,6 @@ from rtagent.rpc.transport import get_transport, messaging
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.testing.ports import free_port
 from rtagent.testing.rabbitmq import RabbitMQ
-from tests.functional.conftest import DEMO_URI
 from tests.functional.rpc.harness import make_conf
 from tests.functional.test_cli_check_config import DEEP, MEGABYTE_OF_RANGES, SRIOV_HOST
 
@@ -105,6 +112,19 @@ CALL_TIMEOUT = 30
 RTAGENT = os.path.join(os.path.dirname(sys.executable), "rtagent")
 # What check-config must decide within, and the longest line it may print.
 DECIDE_S, MAX_LINE = 5.0, 500
+
+# The SR-IOV host's NIC: its PF (by interface name, which takes its VFs
+# too), and a VF alias as a nova cloud would define it.
+NIC_SPEC = '{"devname": "ens1f0", "physical_network": "physnet1"}'
+NIC_ALIAS = '{"name": "nic", "vendor_id": "8086", "product_id": "154c", "device_type": "type-VF"}'
+NIC_PF, NIC_VFS = "0000:3b:00.0", tuple(f"0000:3b:02.{fn}" for fn in range(4))
+# Also the GPU (not tracked) and an address the host does not have.
+PCI_ADDRESSES = (NIC_PF, *NIC_VFS, "0000:af:00.0", "0000:3b:02.7")
+ANY_NIC = [{"vendor_id": "8086"}]
+PF_OR_VF = [
+    {"vendor_id": "8086", "dev_type": "type-PF"},
+    {"vendor_id": "8086", "dev_type": "type-VF"},
+]
 
 # (name, what is appended to the agent's configuration, check-config's exit
 # status). The backtracking pattern is checked on the SR-IOV host, whose
@@ -146,8 +166,11 @@ transport_url = {broker.transport_url}
 reserved_host_memory_mb = 2048
 cpu_allocation_ratio = 1000.0
 [libvirt]
-connection_uri = {DEMO_URI}
+connection_uri = test://{SRIOV_HOST}
 instances_path = {workdir}/instances
+[pci]
+device_spec = {NIC_SPEC}
+alias = {NIC_ALIAS}
 [placement]
 auth_type = admin_token
 endpoint = {placement.endpoint}
@@ -327,12 +350,81 @@ def hostile_call(rng):
     return method, version, args
 
 
-def fuzz(url, ledger, seed, calls, counts, internal, mutex):
+def hostile_running_devices(rng):
+    """(pci_requests, running_devices, refused) of one claim of devices a
+    guest runs with; ``refused``: the holding rules refuse it whatever
+    else is held (docs/pci.md, "What an instance may hold")."""
+    vf = rng.choice(NIC_VFS)
+    kind = rng.choice(("twice", "pf_vf", "pf_alone", "random", "random"))
+    if kind == "twice":  # issue 49's first defect: one VF met a 2-VF request
+        return [{"alias": "nic", "count": 2, "request_id": "r"}], [vf, vf.upper()], True
+    if kind == "pf_vf":
+        return [{"spec": PF_OR_VF, "count": 2, "request_id": "r"}], [NIC_PF, vf], True
+    if kind == "pf_alone":
+        return [{"spec": ANY_NIC, "count": 1, "request_id": "r"}], [NIC_PF.upper()], True
+    named = [rng.choice(PCI_ADDRESSES) for _ in range(rng.randint(1, 3))]
+    named = [a.upper() if rng.random() < 0.3 else a for a in named]
+    count = len(named) if rng.random() < 0.7 else rng.randint(1, 3)
+    wanted = rng.choice(({"alias": "nic"}, {"spec": ANY_NIC}, {"spec": PF_OR_VF}))
+    return [{**wanted, "count": count, "request_id": "r"}], named, False
+
+
+def held_wrongly(devices, named, count):
+    """Why a granted claim's devices (its reply's ``pci_devices``) are not
+    the ``named`` ones by the rules, or None."""
+    got = [d["address"] for d in devices]
+    if sorted(got) != sorted({a.lower() for a in named}) or len(got) != count:
+        return f"holds {got} for {named} (count {count})"
+    if NIC_PF in got and set(got) & set(NIC_VFS):
+        return f"holds the PF beside its VF: {got}"
+    return None
+
+
+def pci_call(caller, rng, ledger, wrong, mutex):
+    """One claim with ``running_devices``; its code. A granted claim is
+    checked, then aborted, so that the devices stay free for the next."""
+    requests, named, refused = hostile_running_devices(rng)
+    inst = str(uuid.uuid4())
+    reply = caller.call(
+        "instance_claim",
+        version="1.7",
+        instance_uuid=inst,
+        flavor=FLAVOR,
+        pci_requests=requests,
+        running_devices={"r": named},
+    )
+    if not reply["ok"]:
+        return "pci:" + reply["error"]["code"]
+    ledger.granted(inst, reply["result"]["resources"])
+    why = held_wrongly(reply["result"].get("pci_devices", []), named, requests[0]["count"])
+    if refused or why:
+        with mutex:
+            wrong.append(f"granted {named} for {requests}: {why or 'the rules refuse it'}")
+    if caller.call("abort_instance_claim", instance_uuid=inst).get("ok"):
+        ledger.released(inst)
+    return "pci:ok"
+
+
+def holdings_wrong(caller):
+    """What ``get_status`` shows held against the rules: a device twice, or
+    the PF beside one of its VFs."""
+    status = caller.call("get_status")["result"]
+    node = status["nodes"][0] if "nodes" in status else status
+    held = [d["address"] for d in node["pci"]["claimed"]]
+    problems = [f"{a} held twice" for a in sorted(set(held)) if held.count(a) > 1]
+    if NIC_PF in held and set(held) & set(NIC_VFS):
+        problems.append(f"the PF beside its VF: {sorted(held)}")
+    return problems
+
+
+def fuzz(url, ledger, seed, calls, counts, internal, mutex, wrong):
     rng = random.Random(seed)
     caller = Caller(url)
     try:
         for _ in range(calls):
-            if rng.random() < 0.3:
+            if rng.random() < 0.15:
+                code = pci_call(caller, rng, ledger, wrong, mutex)
+            elif rng.random() < 0.35:
                 inst = str(uuid.uuid4())
                 reply = caller.call("instance_claim", instance_uuid=inst, flavor=FLAVOR)
                 code = "ok" if reply["ok"] else reply["error"]["code"]
@@ -535,7 +627,7 @@ def hostile_reloads(agent, workdir):
                 )
                 continue
             if "[libvirt]" in extra:
-                continue  # the running agent's host is the demo host: no reload
+                continue  # a host of its own: checked, not reloaded
             with open(agent.conf_path, "w") as f:
                 f.write(base + extra)
             os.kill(agent.proc.pid, signal.SIGHUP)
@@ -653,13 +745,23 @@ def main():
             print(f"claims_before={len(before)} claim_p99_before_ms={p99_before:.1f}")
 
             counts, internal, mutex = collections.Counter(), [], threading.Lock()
+            wrong = []
             per_batch = FUZZ_CALLS // (BATCHES * FUZZ_THREADS)
             lost = extra = 0
             for batch in range(BATCHES):
                 threads = [
                     threading.Thread(
                         target=fuzz,
-                        args=(url, ledger, batch * 100 + i, per_batch, counts, internal, mutex),
+                        args=(
+                            url,
+                            ledger,
+                            batch * 100 + i,
+                            per_batch,
+                            counts,
+                            internal,
+                            mutex,
+                            wrong,
+                        ),
                     )
                     for i in range(FUZZ_THREADS)
                 ]
@@ -671,11 +773,16 @@ def main():
                     drop_behind_ledger(probe, ledger)
                 low, high, held = recount(probe, ledger, baseline)
                 lost, extra = max(lost, -low), max(extra, high)
+                wrong += holdings_wrong(probe)
             calls = sum(counts.values())
+            pci_calls = sum(n for code, n in counts.items() if code.startswith("pci:"))
             print(f"fuzz_calls={calls} threads={FUZZ_THREADS} batches={BATCHES}")
             print("fuzz_outcomes=" + json.dumps(dict(counts.most_common()), sort_keys=True))
             print(f"internal_errors={len(internal)} {internal[:5] if internal else ''}".rstrip())
             print(f"lost_acknowledged_claims={lost} double_counted={extra} held_now={held}")
+            print(
+                f"pci_calls={pci_calls} pci_held_wrongly={len(wrong)} {wrong[:3] if wrong else ''}"
+            )
             release_all(probe, ledger)
 
             socks = half_open(agent.port, HALF_OPEN)
@@ -774,6 +881,10 @@ def main():
         misses.append(f"internal_errors={len(internal)}")
     if lost or extra:
         misses.append(f"lost={lost} double={extra}")
+    if wrong:
+        misses.append(f"pci_held_wrongly={len(wrong)}")
+    if pci_calls < 500:
+        void.append(f"pci_calls={pci_calls}")
     if status != 200 or health_s > 5:
         misses.append(f"healthz_during_half_open={status} in {health_s:.1f}s")
     for name, problems in (("conf", conf_problems), ("store", store_problems)):

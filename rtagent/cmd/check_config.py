@@ -106,14 +106,16 @@ def _hint(name, candidates):
 
 def main(conf, checks):
     """Run ``checks`` (callables of ``conf`` raising RtagentError or
-    cfg.Error), then look for unknown names; print one line per problem.
+    cfg.Error, and returning None or lines of what the running agent
+    only warns of), then look for unknown names; print one line per
+    problem.
 
     :returns: 0 when all is well, 2 otherwise.
     """
     problems = []
     for check in checks:
         try:
-            check(conf)
+            problems.extend(check(conf) or ())
         except (cfg.Error, exception.RtagentError) as exc:
             problems.append(str(exc))
     problems.extend(unknown_names(conf))

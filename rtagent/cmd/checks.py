@@ -204,3 +204,21 @@ def _read_host(uri, timeout, cells, devices=False):
         f"failed: {found['error']}" if "error" in found else f"gave no answer in {timeout:g} s",
     )
     return None
+
+
+def check_provider_configs(conf):
+    """Read the provider config files (``[compute]
+    provider_config_location``) as ``rtagent run`` reads them at start,
+    before the state directory is touched: the same limits (regular files,
+    sizes, count), YAML and schema checks.
+
+    :returns: one line per key schema 1.0 does not have (the running agent
+        warns of each and ignores it).
+    :raises rtagent.placement.provider_config.ProviderConfigError: a file
+        or the directory ``rtagent run`` refuses.
+    """
+    from rtagent.placement import provider_config
+
+    unknown = []
+    provider_config.load(conf.compute.provider_config_location, unknown)
+    return unknown

@@ -132,7 +132,9 @@ def main(argv=None):
         if conf.command.name == "check-config":
             from rtagent.cmd import check_config
 
-            return check_config.main(conf, (_validate, checks.check_host))
+            return check_config.main(
+                conf, (_validate, checks.check_host, checks.check_provider_configs)
+            )
         _validate(conf)
     except (cfg.Error, exception.RtagentError) as exc:
         say_error(exc)

@@ -13,7 +13,7 @@ ids, with no reading of the host to take them from.
 
 import dataclasses
 
-from rtagent.pci import model, pools
+from rtagent.pci import address, model, pools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +78,16 @@ class HeldDevice:
 
     @classmethod
     def from_dict(cls, data):
+        """The hold a stored row describes, its addresses in their one form
+        (a row edited to ``0000:AF:00.0`` names the device ``0000:af:00.0``
+        is, not a device the host lacks).
+
+        :raises rtagent.pci.errors.InvalidRequest: an address is not one (the row
+            check, :mod:`rtagent.tracker.rows`, refuses such a row first).
+        """
+        data = dict(data, address=address.canonical(data["address"], field="address"))
+        if data.get("parent_addr") is not None:
+            data["parent_addr"] = address.canonical(data["parent_addr"], field="parent_addr")
         return cls(**data)
 
 

@@ -48,7 +48,8 @@ import json
 import types
 import uuid as uuidlib
 
-from rtagent.pci import devices, errors, model
+from rtagent.pci import address as pci_address
+from rtagent.pci import devices, errors, holding, model
 from rtagent.pci.model import LEGACY, NUMA_POLICIES, PREFERRED, REQUIRED, SOCKET
 
 __all__ = ["LEGACY", "NUMA_POLICIES", "PREFERRED", "REQUIRED", "SOCKET"]
@@ -213,7 +214,7 @@ def select(table, requests, instance_cells=None, cell_sockets=None, node_uuid=No
     held = held or {}
     for request in requests:
         if request.request_id in held:
-            picked = _held(request, held[request.request_id], free, node_uuid)
+            picked = _held(request, held[request.request_id], free, taken, node_uuid)
         else:
             picked = _pick_for(
                 request, free, taken, cells, cell_sockets=cell_sockets or {}, node_uuid=node_uuid
@@ -222,7 +223,24 @@ def select(table, requests, instance_cells=None, cell_sockets=None, node_uuid=No
             for address in taken[dev.address]:
                 free.pop(address, None)
         chosen[request.request_id] = tuple(sorted(d.address for d in picked))
+    _check_holding(table, chosen)
     return chosen
+
+
+def _check_holding(table, chosen):
+    """The choice against the node's rule for holdings
+    (:func:`rtagent.pci.holding.clash`): the picking above keeps it by
+    construction (a device taken takes its relatives out of the free ones),
+    so a failure here is a bug, stopped before it becomes a double holding."""
+    reason = holding.clash(
+        [
+            (request_id, a, table.get(a).host.parent_addr)
+            for request_id, addresses in chosen.items()
+            for a in addresses
+        ]
+    )
+    if reason:
+        raise errors.DevicesUnavailable(reason=reason)
 
 
 def _pick_for(request, free, taken, cells, *, cell_sockets, node_uuid):
@@ -245,26 +263,55 @@ def _pick_for(request, free, taken, cells, *, cell_sockets, node_uuid):
     raise errors.DevicesUnavailable(reason=_shortfall(request, matching, wanted, tiers[-1], cells))
 
 
-def _held(request, addresses, free, node_uuid):
-    """The devices at ``addresses`` for ``request``: free, matching it, as
-    many as it asks. :raises errors.DevicesUnavailable: they are not."""
-    devs = [free.get(str(a).lower()) for a in addresses]
-    unfit = [
-        a
-        for a, d in zip(addresses, devs, strict=True)
-        if d is None or not _matches(request, d, node_uuid)
-    ]
-    if unfit or len(devs) != request.count:
+def _held(request, addresses, free, taken, node_uuid):
+    """The devices at ``addresses`` for ``request``, by the rules a choice
+    follows (:func:`_pick_for`): each one free, matching the request and
+    offered to it (a PF only to a request asking for PFs), none twice,
+    never a PF beside one of its own VFs (:mod:`rtagent.pci.holding`),
+    exactly as many as the request asks. NUMA is not applied: the guest
+    runs with these devices wherever they are.
+
+    :raises errors.InvalidRequest: an address is not one.
+    :raises errors.DevicesUnavailable: the devices break a rule; the reason
+        names the first device at fault.
+    """
+    addresses = [pci_address.canonical(a) for a in addresses]
+    left = dict(free)
+    devs, why = [], None
+    for address in addresses:
+        dev = left.get(address)
+        if dev is None:
+            why = _not_free(address, devs, free, taken)
+        elif not _matches(request, dev, node_uuid):
+            why = f"{address} does not match it"
+        elif not _offered(request, dev):
+            why = f"{address} is a {dev.host.dev_type} device it does not ask for"
+        if why:
+            break
+        devs.append(dev)
+        for other in taken[address]:
+            left.pop(other, None)
+    if why is None and len(devs) != request.count:
+        why = f"that is {len(devs)} device(s)"
+    if why:
         raise errors.DevicesUnavailable(
             reason=f"request {request.request_id} ({request.describe()}) needs "
-            f"{request.count}: the guest runs with {', '.join(addresses) or 'none'}, "
-            + (
-                f"and {', '.join(unfit)} is not a free device matching it"
-                if unfit
-                else f"{len(devs)} device(s)"
-            )
+            f"{request.count}: the guest runs with {', '.join(addresses) or 'none'}, and {why}"
         )
     return devs
+
+
+def _not_free(address, devs, free, taken):
+    """Why ``address``, not among the devices left, cannot be held next to
+    ``devs`` (those already taken for the same request)."""
+    for dev in devs:
+        if dev.address == address:
+            return f"{address} is named twice"
+        if address in taken[dev.address]:
+            return f"{address} and {dev.address} are a PF and one of its VFs"
+    if address in free:  # taken along by an earlier request's device
+        return f"{address} is held for another request or blocked by one"
+    return f"{address} is not a free device"
 
 
 def _view(dev):

@@ -98,9 +98,24 @@ class ProviderConfig:
         return ("uuid", self.uuid) if self.uuid else ("name", self.name)
 
 
-def parse(text, path):
+# The keys schema 1.0 has, by where they are. nova's loader passes over
+# others (a later 1.x may add some): the agent warns of each, and
+# ``rtagent check-config`` refuses them, as it does unknown options.
+_KNOWN_KEYS = {
+    "": frozenset({"meta", "providers"}),
+    "meta": frozenset({"schema_version"}),
+    "provider": frozenset({"identification", "inventories", "traits"}),
+    "inventories": frozenset({"additional"}),
+    "traits": frozenset({"additional"}),
+}
+
+
+def parse(text, path, unknown=None):
     """The provider configs in one file's ``text``.
 
+    :param unknown: a list that gets one line per key schema 1.0 does not
+        have (``path: providers[0] (name x): unknown key 'aggregates'``);
+        None: each is logged as a warning instead.
     :raises ProviderConfigError: invalid YAML or schema, or beyond the
         limits on nesting and aliases.
     """
@@ -108,9 +123,19 @@ def parse(text, path):
     def fail(reason):
         raise ProviderConfigError(path=path, reason=reason)
 
+    def note(where, block, kind):
+        for key in sorted(set(block) - _KNOWN_KEYS[kind], key=str):
+            line = f"Provider config {path}: {where}unknown key {excerpt(key)}"
+            if unknown is None:
+                LOG.warning("%s; ignored (rtagent check-config lists them all)", line)
+            else:
+                unknown.append(line)
+
     doc = bounded_yaml.load(text, fail)
     if not isinstance(doc, dict) or not isinstance(doc.get("meta"), dict):
         fail("a 'meta' mapping with 'schema_version' is required")
+    note("", doc, "")
+    note("meta: ", doc["meta"], "meta")
     version = doc["meta"].get("schema_version", "")
     if isinstance(version, (int, float)) and not isinstance(version, bool):
         version = str(version)  # schema_version: 1.0 (unquoted) as before
@@ -119,10 +144,10 @@ def parse(text, path):
     providers = doc.get("providers", [])
     if not isinstance(providers, list):
         fail("'providers' must be a list")
-    return tuple(_parse_provider(entry, i, fail, path) for i, entry in enumerate(providers))
+    return tuple(_parse_provider(entry, i, fail, path, note) for i, entry in enumerate(providers))
 
 
-def _parse_provider(entry, index, fail, path):
+def _parse_provider(entry, index, fail, path, note):
     where = f"providers[{index}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("identification"), dict):
         fail(f"{where}: an 'identification' mapping is required")
@@ -137,6 +162,10 @@ def _parse_provider(entry, index, fail, path):
     if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 200):
         fail(f"{where}.identification.name: 1 to 200 characters")
     where += f" ({'uuid' if uuid else 'name'} {excerpt(uuid or name)})"
+    note(f"{where}: ", entry, "provider")
+    for section in ("inventories", "traits"):
+        if isinstance(entry.get(section), dict):
+            note(f"{where}.{section}: ", entry[section], section)
     invs = {}
     for item in _additional(entry, "inventories", where, fail):
         if not isinstance(item, dict):
@@ -213,10 +242,13 @@ def _inventory(fields, where, fail):
     return inv
 
 
-def load(location):
+def load(location, unknown=None):
     """Every provider config under ``location`` (a directory), validated.
 
     A missing directory means no configs (nova's behaviour).
+
+    :param unknown: a list for the keys schema 1.0 does not have (see
+        :func:`parse`); None: each is logged as a warning.
 
     :raises ProviderConfigError: more than MAX_FILES files or
         MAX_TOTAL_BYTES in all; a file is unreadable, not a regular file,
@@ -240,7 +272,7 @@ def load(location):
                 path=path,
                 reason=f"the files up to this one hold more than {MAX_TOTAL_BYTES} bytes",
             )
-        for config in parse(text, path):
+        for config in parse(text, path, unknown):
             if config.key in seen:
                 raise ProviderConfigError(
                     path=path,

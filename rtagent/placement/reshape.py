@@ -90,7 +90,10 @@ def moved_allocations(client, found):
         consumers |= {c for c, res in allocs.items() if classes & set(res)}
     bodies = {}
     for consumer in sorted(consumers):
-        body = _body(client.get_allocations(consumer))
+        current = client.get_allocations(consumer)
+        if not _known(current):
+            continue  # its allocations went since the provider's were read
+        body = _body(current)
         allocs = {rp: a["resources"] for rp, a in body["allocations"].items()}
         for move in found:
             amount = allocs.get(move.source, {}).pop(move.resource_class, 0)
@@ -135,11 +138,26 @@ def with_seeded(client, bodies, seeds, root):
 
     A consumer that holds nothing on ``root`` in Placement is left alone:
     its allocations on this node are not (or no longer) there, e.g. the
-    instance of a move in flight whose source side a migration holds.
+    instance of a move in flight whose source side a migration holds. So is
+    one that holds nothing at all (a claim Placement never had, or whose
+    allocations went with a provider deleted outside): Placement answers
+    it with no owner to write the allocation under, and the node's
+    healing, not a seed, is what writes or reports it.
     """
     bodies = dict(bodies)
     for consumer in sorted(seeds):
-        body = bodies.get(consumer) or _body(client.get_allocations(consumer))
+        body = bodies.get(consumer)
+        if body is None:
+            current = client.get_allocations(consumer)
+            if not _known(current):
+                LOG.warning(
+                    "Consumer %s holds nothing in Placement (no allocation there): "
+                    "its allocations %s on this node are not added",
+                    consumer,
+                    seeds[consumer],
+                )
+                continue
+            body = _body(current)
         allocs = {rp: dict(a["resources"]) for rp, a in body["allocations"].items()}
         if root not in allocs:
             LOG.warning(
@@ -185,7 +203,10 @@ def emptied(client, providers):
         consumers |= set(allocs)
     bodies = {}
     for consumer in sorted(consumers):
-        body = _body(client.get_allocations(consumer))
+        current = client.get_allocations(consumer)
+        if not _known(current):
+            continue  # nothing left to take off
+        body = _body(current)
         kept = {rp: a for rp, a in body["allocations"].items() if rp not in providers}
         bodies[consumer] = dict(body, allocations=kept)
     return bodies
@@ -197,6 +218,14 @@ def driver_bodies(allocations):
     ``allocations``): each consumer's as the driver left it, with the
     generation, project, user and type read before it was handed over."""
     return {consumer: _body(body) for consumer, body in sorted(allocations.items())}
+
+
+def _known(current):
+    """Whether a ``GET /allocations/{c}`` answer is of a consumer with
+    allocations: Placement answers one it does not know (or whose
+    allocations all went) with ``{"allocations": {}}`` and no project,
+    user or generation."""
+    return bool(current.get("allocations"))
 
 
 def _body(current):

@@ -10,6 +10,7 @@ exist to refuse garbage, not to police capacity: fit is the tracker's job.
 import json
 
 from rtagent import cpuspec, jsonbounds
+from rtagent.pci import address as pci_address
 from rtagent.pci import pools
 from rtagent.pci import requests as pci_requests
 
@@ -164,7 +165,9 @@ PCI_ADDRESSES = {
     "uniqueItems": True,
     "items": {
         "type": "string",
-        "pattern": "\\A[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]\\Z",
+        # Either case: the tracker puts each in its one form
+        # (rtagent.pci.address), and refuses a device named twice.
+        "pattern": pci_address.PATTERN,
     },
 }
 

@@ -19,6 +19,8 @@ import jsonschema
 
 from rtagent import cpuspec, excerpt, jsonbounds
 from rtagent.numa import model as numa_model
+from rtagent.pci import address as pci_address
+from rtagent.pci import holding
 from rtagent.pci import model as pci_model
 from rtagent.pci import requests as pci_requests
 
@@ -112,10 +114,7 @@ _NUMA = {
     "required": ["cells"],
     "additionalProperties": False,
 }
-_PCI_ADDRESS = {
-    "type": "string",
-    "pattern": "\\A[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]\\Z",
-}
+_PCI_ADDRESS = {"type": "string", "pattern": pci_address.PATTERN}
 _PCI_ID = {"type": "string", "pattern": "\\A[0-9a-fA-F]{4}\\Z"}
 _PCI = {
     "type": "array",
@@ -261,8 +260,12 @@ def _wanted(error):
 
 
 def double_holdings(state):
-    """Why ``state``'s claims cannot all be true, or None: a host CPU pinned,
-    or a PCI device held, by two different instances. O(claims): read once,
+    """Why ``state``'s claims cannot all be true, or None: a host CPU pinned
+    by two different instances, or PCI devices held against the rule every
+    holding follows (:func:`rtagent.pci.holding.clash`: a device held twice,
+    by one instance or two, a PF beside one of its own VFs). Addresses are
+    compared in their one form (rows are read through
+    :meth:`~rtagent.pci.held.HeldDevice.from_dict`). O(claims): read once,
     when a node's state is restored."""
     pins = {}
     for consumer, claim in state.numa_held():
@@ -270,12 +273,18 @@ def double_holdings(state):
             other = pins.setdefault(cpu, consumer)
             if other != consumer:
                 return f"host CPU {cpu} is pinned by two instances, {other} and {consumer}"
-    devices = {}
-    for owner, held, _ in state.pci_holds():
-        other = devices.setdefault(held.address, owner)
-        if other != owner:
-            return f"PCI device {held.address} is held by two instances, {other} and {owner}"
-    return None
+    return holding.clash(
+        [(owner, held.address, _parent(state, held)) for owner, held, _ in state.pci_holds()]
+    )
+
+
+def _parent(state, held):
+    """The PF of a held VF: as the row says, else as the host reports it (a
+    row written before parent_addr was kept, or a copied row)."""
+    if held.parent_addr is not None:
+        return held.parent_addr
+    dev = state.pci_devices.get(held.address) if state.pci_devices is not None else None
+    return dev.host.parent_addr if dev is not None else None
 
 
 # What a refusal tells the operator to do; docs/operations.md says it at

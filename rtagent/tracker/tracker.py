@@ -24,6 +24,7 @@ import time
 
 from oslo_concurrency import lockutils
 
+from rtagent.pci import address as pci_address
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import errors as pcierrors
 from rtagent.pci import requests as pcirequests
@@ -584,13 +585,14 @@ class Tracker:
 
         :returns: the addresses released.
         :raises InvalidClaimRequest: malformed UUID.
+        :raises rtagent.pci.errors.InvalidRequest: an address is not one.
         :raises InstanceNotFound: no claim of the instance on this node.
         :raises DevicesConflict: a move of it is in progress on this node.
         :raises ClaimPending: a standalone claim of the instance is in flight.
         :raises StateError: the durable write failed; nothing changed.
         """
         instance_uuid = check_uuid(instance_uuid)
-        wanted = [a.lower() for a in addresses]
+        wanted = [pci_address.canonical(a, field=f"addresses.{i}") for i, a in enumerate(addresses)]
         with self._locked("detach_pci_devices", instance_uuid):
             new, released = claims.detach_devices(self._state, instance_uuid, wanted)
             self._commit(new)
@@ -772,9 +774,9 @@ class Tracker:
 
 
 def _running_devices(running_devices, requests):
-    """``running_devices`` as {request id: tuple of lower-case addresses},
-    or None. :raises rtagent.pci.errors.InvalidRequest: it names a request
-    id the claim does not ask for."""
+    """``running_devices`` as {request id: tuple of addresses in their one
+    form}, or None. :raises rtagent.pci.errors.InvalidRequest: it names a
+    request id the claim does not ask for, or an address is not one."""
     if not running_devices:
         return None
     asked = {r.request_id for r in requests or ()}
@@ -785,4 +787,10 @@ def _running_devices(running_devices, requests):
             f"{', '.join(unknown)}",
             field="running_devices",
         )
-    return {rid: tuple(str(a).lower() for a in addrs) for rid, addrs in running_devices.items()}
+    return {
+        rid: tuple(
+            pci_address.canonical(a, field=f"running_devices.{rid}.{i}")
+            for i, a in enumerate(addrs)
+        )
+        for rid, addrs in running_devices.items()
+    }

@@ -1,12 +1,14 @@
 """``rtagent check-config``: the start-up checks and the names in the config
 files that are no option or group, one line each (a real subprocess)."""
 
+import os
 import pathlib
 import resource
 
 import pytest
 
 from tests.functional.test_cli import rtagent, write_conf
+from tests.unit.placement.test_provider_config_limits import GOOD
 
 pytestmark = pytest.mark.functional
 
@@ -298,3 +300,74 @@ def test_a_backtracking_address_pattern_is_decided_at_once(tmp_path):
     conf = write_conf(tmp_path, extra=f"[pci]\ndevice_spec = {spec}\n")
     result = rtagent("--config-file", str(conf), "check-config", timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def _fifo(configs):
+    os.mkfifo(configs / "node.yaml")
+
+
+def _link(target):
+    return lambda configs: (configs / "node.yaml").symlink_to(target)
+
+
+def _big(configs):
+    (configs / "node.yaml").write_text(GOOD + "#" * (2 << 20))
+
+
+def _many(configs):
+    for n in range(101):
+        (configs / f"node-{n:03}.yaml").write_text("meta: {schema_version: '1.0'}\n")
+
+
+def _disk_on_sharing(configs):
+    (configs / "node.yaml").write_text(
+        "meta: {schema_version: '1.0'}\nproviders:\n  - identification: {name: shared-disk}\n"
+        "    inventories:\n      additional:\n        - DISK_GB: {total: 1000}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_fifo, _link("/etc/shadow"), _link("/dev/zero"), _big, _many, _disk_on_sharing],
+    ids=["fifo", "shadow", "dev-zero", "2mb", "101-files", "disk-gb-on-sharing"],
+)
+def test_check_config_refuses_the_provider_configs_run_refuses(tmp_path, make):
+    """Issue 49, defect 5: ``check-config`` answered "configuration OK" for
+    provider config directories ``rtagent run`` refuses at start; it now
+    runs the same check, and says the same line."""
+    configs = tmp_path / "provider_config"
+    configs.mkdir()
+    make(configs)
+    conf = write_conf(tmp_path, extra=f"[compute]\nprovider_config_location = {configs}\n")
+    checked = rtagent("--config-file", str(conf), "check-config", timeout=60)
+    audited = rtagent("--config-file", str(conf), "audit", timeout=60)
+    assert checked.returncode == audited.returncode == 2, (checked, audited)
+    (line,) = checked.stderr.splitlines()
+    assert line.startswith("rtagent: error: Provider config "), line
+    assert audited.stderr.splitlines() == [line]
+    assert not (tmp_path / "state").exists()
+
+
+def test_unknown_provider_config_keys_are_refused_by_check_config_and_warned_at_start(
+    tmp_path,
+):
+    # nova passes over keys schema 1.0 lacks (a later 1.x may add them):
+    # the agent warns of each, check-config refuses them, as it does
+    # unknown options.
+    configs = tmp_path / "provider_config"
+    configs.mkdir()
+    path = configs / "node.yaml"
+    path.write_text(GOOD.replace("    inventories:", "    aggregates: [a]\n    inventories:"))
+    conf = write_conf(tmp_path, extra=f"[compute]\nprovider_config_location = {configs}\n")
+    checked = rtagent("--config-file", str(conf), "check-config", timeout=60)
+    assert checked.returncode == 2, checked
+    assert checked.stderr.splitlines() == [
+        f"rtagent: error: Provider config {path}: providers[0] (uuid '$COMPUTE_NODE'): "
+        "unknown key 'aggregates'"
+    ]
+    # The agent starts past it (and here fails on the Placement it has not).
+    audited = rtagent("--config-file", str(conf), "audit", timeout=60)
+    assert "error: Provider config" not in audited.stderr, audited.stderr[-2000:]
+    assert "providers[0] (uuid '$COMPUTE_NODE'): unknown key 'aggregates'; ignored" in (
+        audited.stderr
+    )

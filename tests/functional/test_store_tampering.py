@@ -109,6 +109,38 @@ def _copy_first(without=()):
     return edit
 
 
+def _copy_first_holding(change):
+    """A row for COPY without FIRST's NUMA claim, holding what ``change``
+    makes of FIRST's one VF hold (a list of holds)."""
+
+    def edit(db):
+        node, body = db.execute(
+            "SELECT node_uuid, body FROM instances WHERE uuid = ?", (FIRST,)
+        ).fetchone()
+        body = json.loads(body)
+        body.update(uuid=COPY, numa=None, pci_devices=change(body["pci_devices"][0]))
+        db.execute(
+            "INSERT INTO instances (node_uuid, uuid, body) VALUES (?, ?, ?)",
+            (node, COPY, json.dumps(body)),
+        )
+
+    return edit
+
+
+def _upper(vf):
+    return [dict(vf, address=vf["address"].upper())]
+
+
+def _its_pf(vf):
+    pf = dict(vf, address=vf["parent_addr"], product_id="1572", dev_type="type-PF")
+    return [dict(pf, parent_addr=None)]
+
+
+def _twice(body):
+    body["pci_devices"] *= 2
+    return json.dumps(body)
+
+
 CASES = {
     "negative-usage": (
         _edit_first(_set(("resources", "VCPU"), "-4")),
@@ -145,6 +177,19 @@ CASES = {
     "duplicate-device": (
         _copy_first(without=("numa",)),
         f"is held by two instances, {FIRST} and {COPY}",
+    ),
+    # Issue 49, defect 3: the same holdings in variants the check missed.
+    "duplicate-device-in-upper-case": (
+        _copy_first_holding(_upper),
+        f"is held by two instances, {FIRST} and {COPY}",
+    ),
+    "a-pf-beside-its-vf": (
+        _copy_first_holding(_its_pf),
+        f"({COPY}) is held beside its VF 0000:3b:",
+    ),
+    "a-device-twice-in-one-row": (
+        _edit_first(_twice),
+        f"is held twice by instance {FIRST}",
     ),
 }
 
@@ -189,6 +234,25 @@ def test_the_untampered_store_and_a_changed_copy_of_it_are_believed(claimed, tmp
             assert len(tracker.snapshot().instances) == count
         finally:
             store.close()
+
+
+def test_a_lone_upper_case_address_is_the_device_it_names(claimed):
+    """Issue 49, defect 3: a row naming its device as ``0000:3B:...`` holds
+    the device the host reports in lower case, not a gone one beside it
+    (which left the real device free)."""
+    db = sqlite3.connect(claimed / "rtagent.sqlite", isolation_level=None)
+    try:
+        (body,) = db.execute("SELECT body FROM instances WHERE uuid = ?", (FIRST,)).fetchone()
+        address = json.loads(body)["pci_devices"][0]["address"]
+        _edit_first(_set(("pci_devices", 0, "address"), json.dumps(address.upper())))(db)
+    finally:
+        db.close()
+    tracker, store = make_tracker(claimed)
+    try:
+        (held,) = {i.uuid: i for i in tracker.snapshot().instances}[FIRST].pci_devices
+        assert held.address == address
+    finally:
+        store.close()
 
 
 def _rows(state):

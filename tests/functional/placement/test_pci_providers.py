@@ -504,3 +504,31 @@ def test_devices_attached_and_detached_are_added_to_and_taken_from_the_allocatio
     agent.audit()
     assert allocations_of(operator, inst) == flavor
     assert get(operator, f"/resource_providers/{nic_rp}/usages")["usages"] == {VF_RC: 0}
+
+
+def test_an_audit_survives_a_provider_deleted_outside_and_claims_placement_never_knew(
+    pci_agent, operator, caplog
+):
+    """Issue 49, defect 4: with the node's providers deleted from Placement
+    (their allocations first, as Placement requires) and a claim Placement
+    never had an allocation of (a row copied to a new UUID), the recreated
+    tree's devices were seeded from every claim, and the consumer Placement
+    does not know failed every audit (KeyError 'project_id'). Now the tree
+    is recreated and each such consumer is passed over with a warning."""
+    agent = pci_agent()
+    root = agent.tracker.node_uuid
+    known = claim(agent)
+    unknown = str(uuid.uuid4())  # a local claim: no allocation in Placement
+    agent.tracker.instance_claim(unknown, Flavor(1, 512, 0), pci_requests=[BOTH[1]])
+    operator.delete(f"/allocations/{known}")
+    for rp in (provider_uuid(root, PF), provider_uuid(root, GPU), root):
+        assert operator.delete(f"/resource_providers/{rp}").status_code == 204
+    caplog.set_level("WARNING")
+    agent.audit()
+    agent.audit()
+    status = agent.sync_status()[root]
+    assert status["in_sync"] is True and status["last_error"] is None, status
+    assert set(providers(operator, root)) == {provider_uuid(root, PF), provider_uuid(root, GPU)}
+    assert allocations_of(operator, unknown) == {}
+    warned = [r.getMessage() for r in caplog.records if "holds nothing" in r.getMessage()]
+    assert any(unknown in w for w in warned), warned

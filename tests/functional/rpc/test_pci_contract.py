@@ -399,7 +399,7 @@ def test_a_guest_claimed_while_it_runs_with_its_devices_keeps_them(served, broke
         "rpc.invalid_request",
     ], refused
     assert (
-        f"the guest runs with {VFS[1]}, and {VFS[1]} is not a free device matching it"
+        f"the guest runs with {VFS[1]}, and {VFS[1]} is not a free device"
         in (refused[0]["error"]["details"]["reason"])
     )
     assert "2 device(s)" in refused[1]["error"]["details"]["reason"]

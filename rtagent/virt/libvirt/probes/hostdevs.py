@@ -8,6 +8,7 @@ for; the driver fetches it once per new domain and keeps the answer until
 an event says the domain changed (see ``facts.gather``).
 """
 
+from rtagent.pci import address as pci_address
 from rtagent.virt.libvirt.probes import xmlutil
 
 
@@ -28,7 +29,7 @@ def host_devices(domain_xml):
             continue
         if hostdev.get("type") == "pci":
             found.append(
-                "{:04x}:{:02x}:{:02x}.{:x}".format(
+                pci_address.from_parts(
                     *(int(address.get(k, "0"), 0) for k in ("domain", "bus", "slot", "function"))
                 )
             )

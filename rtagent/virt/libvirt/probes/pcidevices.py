@@ -25,6 +25,7 @@ sysfs reads (MAC addresses, VF numbers, PF interface names) are not here.
 
 import dataclasses
 
+from rtagent.pci import address as pci_address
 from rtagent.pci import model
 from rtagent.virt import errors
 from rtagent.virt.libvirt.probes import xmlutil
@@ -134,7 +135,7 @@ def _pci(root, what):
 
 
 def _address(parts):
-    return "{:04x}:{:02x}:{:02x}.{:x}".format(*parts)
+    return pci_address.from_parts(*parts)
 
 
 def _attr_address(elem, what):
