@@ -5,6 +5,7 @@ import os
 import re
 from importlib import metadata
 
+import pytest
 import tomllib
 
 from tests.unit.test_dependencies import ROOT, declared, imported, normalise, requirement_name
@@ -24,15 +25,17 @@ def test_the_nova_extra_imports_only_nova_and_declared_dependencies():
     assert "nova" in used
 
 
-def test_the_cloud_test_imports_only_nova_and_declared_dependencies():
-    """tests/cloud (make test-cloud) runs in .venv-nova: nova, what nova
-    requires, rtagent's declared dependencies and its test ones."""
+@pytest.mark.parametrize("tree", ["tests/cloud", "tests/hypervisor"])
+def test_what_runs_beside_nova_imports_only_nova_and_declared_dependencies(tree):
+    """tests/cloud (make test-cloud) and tests/hypervisor (make
+    test-hypervisor) run in .venv-nova: nova, what nova requires, rtagent's
+    declared dependencies and its test ones."""
     runtime, test = declared()
     nova_needs = {
         normalise(re.match(r"[A-Za-z0-9._-]+", r).group(0)) for r in metadata.requires("nova")
     }
-    used = imported("tests/cloud")
+    used = imported(tree)
     stray = {
         d: sorted(p)[:3] for d, p in used.items() if d not in runtime | test | nova_needs | {"nova"}
     }
-    assert not stray, f"tests/cloud imports what neither rtagent nor nova requires: {stray}"
+    assert not stray, f"{tree} imports what neither rtagent nor nova requires: {stray}"
