@@ -11,7 +11,11 @@ has on the node without a claim (a first start beside an existing
 nova-compute adopts its instances this way), a move out of the node the
 agent was not told of, and a claim of an instance nova deleted, offloaded
 or placed elsewhere (released; the agent then heals its allocations on the
-node, as nova's tracker deleted them).
+node, as nova's tracker deleted them). nova's tracker also recounted its
+scheduler stats from the instances' states at every periodic: the
+states of an instance the agent holds are sent again here when they
+differ from the agent's (``get_status``'s ``instance_states``), one call
+per changed instance and none for the others.
 
 A move out of the node is recorded here, at the source's first periodic
 after it starts, as nova's own source tracker learns of it: ComputeManager
