@@ -20,6 +20,13 @@ RES = {"VCPU": 1, "MEMORY_MB": 256}
 WARNED = "unknown to this agent"
 
 
+def another_claim(agent):
+    """A claim of another instance: a local change, so the next sync reads
+    Placement whatever the refresh interval (as each evacuation's claim
+    made the prompt sync read it)."""
+    agent.tracker.instance_claim(str(uuid.uuid4()), TINY)
+
+
 def warnings_about(caplog, consumer):
     return [
         r.getMessage()
@@ -38,8 +45,10 @@ def test_prompt_syncs_never_report_a_claim_about_to_arrive(
     # The scheduler allocates; its claim is still on the way.
     arriving = str(uuid.uuid4())
     put_allocation(operator, arriving, {node: RES})
+    another_claim(agent)
     agent.sync_changed()  # a prompt sync for another claim: found, a candidate
     time.sleep(0.4)
+    another_claim(agent)
     agent.sync_changed()  # the next prompt sync finds it again
     assert agent.sync_status()[node]["unknown_consumers"] == []
     agent.tracker.instance_claim(arriving, TINY)  # the claim arrives
@@ -57,8 +66,10 @@ def test_two_audits_less_than_a_refresh_interval_apart_report_nothing(
     caplog.set_level(logging.INFO)
     leak = str(uuid.uuid4())
     put_allocation(operator, leak, {node: RES})
+    another_claim(agent)
     agent.audit()
     time.sleep(0.4)
+    another_claim(agent)
     agent.audit()
     assert agent.sync_status()[node]["unknown_consumers"] == []
     assert warnings_about(caplog, leak) == []
