@@ -74,10 +74,6 @@ class Flavor:
 _FLAVOR_FIELDS = tuple(f.name for f in dataclasses.fields(Flavor))
 
 
-# vm_states (nova's names) that release an instance's usage on this node.
-RELEASED_VM_STATES = frozenset({"deleted", "shelved_offloaded"})
-
-
 def releases(vm_state, task_state):
     """True if nova frees an instance's resources in these states (its
     ``allow_resource_removal``): deleted, or shelved-offloaded unless it is

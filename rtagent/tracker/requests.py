@@ -88,10 +88,6 @@ def on_dedicated_cpus(amounts, numa):
     return amounts
 
 
-# nova's states an instance claim or a move may carry (all optional).
-STATE_KEYS = ("vm_state", "task_state", "os_type")
-
-
 def states_of(states):
     """The nova states of a claim or move: ``vm_state`` (default
     ``building``, an instance being built), ``task_state`` and ``os_type``
