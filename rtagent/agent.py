@@ -234,9 +234,10 @@ class Agent:
         outcome), errors).
 
         :param reshapes: whether ``pending`` comes from the reading just
-            taken: only then are the allocations a driver moved at that
-            reading written (a later sync of the same reading would write
-            them a second time, against consumers that moved on since).
+            taken (the audit): only then are the allocations a driver moved
+            at that reading written (a later sync of the same reading would
+            write them a second time, against consumers that moved on
+            since), and only then can an unknown consumer be confirmed.
         """
         results, errors = {}, []
         for tracker, snapshot, desired, pci in pending:
@@ -253,6 +254,8 @@ class Agent:
                     held=pci.held,
                     drop=pci.drop,
                     driver_allocations=json.loads(moved) if moved else None,
+                    # Only the audit's syncs confirm an unknown consumer.
+                    audit=reshapes,
                 )
                 self._tell_driver(snapshot.node_uuid, outcome)
             except placement_errors.SyncBackingOff as exc:

@@ -51,6 +51,21 @@ def project_id(instance):
     return str(instance.project_id or "")[:255]
 
 
+def states(instance):
+    """nova's states of ``instance`` that the agent counts in the
+    scheduler's stats (RPC 1.8), as a claim or a move sends them."""
+    return {
+        "vm_state": instance.vm_state,
+        "task_state": instance.task_state,
+        "os_type": os_type(instance),
+    }
+
+
+def os_type(instance):
+    value = instance.os_type if instance.obj_attr_is_set("os_type") else None
+    return None if value is None else str(value)[:255]
+
+
 # Keys of a nova request spec that Placement matched (with
 # [filter_scheduler] pci_in_placement); the agent's own layout puts the
 # resource class and traits on its providers, so they are not sent. The

@@ -11,7 +11,11 @@ has on the node without a claim (a first start beside an existing
 nova-compute adopts its instances this way), a move out of the node the
 agent was not told of, and a claim of an instance nova deleted, offloaded
 or placed elsewhere (released; the agent then heals its allocations on the
-node, as nova's tracker deleted them).
+node, as nova's tracker deleted them). nova's tracker also recounted its
+scheduler stats from the instances' states at every periodic: the
+states of an instance the agent holds are sent again here when they
+differ from the agent's (``get_status``'s ``instance_states``), one call
+per changed instance and none for the others.
 
 A move out of the node is recorded here, at the source's first periodic
 after it starts, as nova's own source tracker learns of it: ComputeManager
@@ -30,6 +34,7 @@ import logging
 from nova import exception, objects
 from nova.compute import vm_states
 
+from rtagent.nova import arguments
 from rtagent.nova.link import AgentRefused
 
 LOG = logging.getLogger(__name__)
@@ -94,6 +99,7 @@ def reconcile(link, context, records, *, adopt, depart, claiming=lambda uuid: Fa
         if not _live_migration_landed(context, m) and not _landed_unrecorded(m, records, known)
     }
     here = {i.uuid for i in records.instances}
+    states = status.get("instance_states") or {}
     deleted = False
     for uuid in held - here - moving:
         # Checked after the agent's claims were read: a claim under way
@@ -116,11 +122,38 @@ def reconcile(link, context, records, *, adopt, depart, claiming=lambda uuid: Fa
         # does it within a second).
         link.publish(cn.uuid)
     for listed in records.instances:
-        if listed.uuid in held or listed.uuid in moving or claiming(listed.uuid):
+        if claiming(listed.uuid):
             continue
         if vm_states.allow_resource_removal(vm_state=listed.vm_state, task_state=listed.task_state):
             continue
-        _adopt(context, records, listed.uuid, adopt)
+        if listed.uuid in held:
+            _refresh_states(link, cn, listed, states.get(listed.uuid))
+        elif listed.uuid not in moving:
+            _adopt(context, records, listed.uuid, adopt)
+
+
+def _refresh_states(link, cn, listed, held):
+    """Send nova's states of an instance the agent holds, if they differ
+    from the agent's ``held`` ones (``get_status``'s ``instance_states``):
+    one call for a change, none otherwise. nova's tracker recounted its
+    stats at every periodic; the agent's stay current this way between
+    the adapter's own ``update_instance`` calls (a build that ended, a
+    task nova ran without telling its tracker)."""
+    states = {
+        "vm_state": listed.vm_state,
+        "task_state": listed.task_state,
+        "os_type": arguments.os_type(listed),
+        "project_id": arguments.project_id(listed),
+    }
+    if held is None or all(held.get(key) == value for key, value in states.items()):
+        # None: an agent older than RPC 1.8 (it cannot hold them).
+        return
+    try:
+        link.call("update_instance", node_uuid=cn.uuid, instance_uuid=listed.uuid, **states)
+    except AgentRefused as exc:
+        # Released meanwhile (deleted, offloaded): nothing to keep current.
+        if exc.code != "tracker.instance_not_found":
+            LOG.warning("States of instance %s on %s: %s", listed.uuid, cn.uuid, exc)
 
 
 def _departs(migration, records):
@@ -229,7 +262,9 @@ def _settle_moves(link, context, cn, moves, claiming):
         state = migration.status if migration is not None else "error"
         if _live_migration_landed(context, migration):
             state = "completed"
-        if state in _DONE or state == "finished":
+        # A move the agent has finished already and that only waits for
+        # its confirmation costs nothing: no call, no log line.
+        if (state in _DONE or state == "finished") and move.get("status") != "finished":
             step(link, "finish_move", cn, move["migration_uuid"])
         if state in _DONE:
             step(link, "confirm_move", cn, move["migration_uuid"])

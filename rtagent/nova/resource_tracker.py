@@ -560,6 +560,7 @@ class RtagentResourceTracker:
             volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
             project_id=arguments.project_id(instance),
             limits=arguments.limits(limits),
+            **arguments.states(instance),
             **numa_request,
             **arguments.pci_args(arguments.pci_requests(instance.pci_requests)),
         )
@@ -596,6 +597,8 @@ class RtagentResourceTracker:
             old_flavor=arguments.flavor(instance.old_flavor or instance.flavor),
             new_flavor=arguments.flavor(new_flavor),
             volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
+            project_id=arguments.project_id(instance),
+            **arguments.states(instance),
             **self._numa_request(cn, new_flavor, instance.image_meta),
         )
 
@@ -784,6 +787,8 @@ class RtagentResourceTracker:
                 new_flavor=arguments.flavor(new_flavor),
                 volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
                 limits=arguments.limits(limits),
+                project_id=arguments.project_id(instance),
+                **arguments.states(instance),
                 **self._numa_request(cn, new_flavor, move_image),
                 **arguments.pci_args(arguments.pci_requests(asked)),
             )

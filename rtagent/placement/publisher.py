@@ -39,6 +39,10 @@ class NodePublisher:
     :param checked: a :class:`~rtagent.placement.checkpoint.MetaRecord`
         keeping, across restarts, the root generation at which the
         unknown-consumer check last found nothing (or None).
+    :param unknown_after: seconds between the two audits that must find a
+        consumer before it is reported unknown (the refresh interval).
+    :param clock: monotonic seconds for that rule (default
+        ``time.monotonic``).
     """
 
     def __init__(
@@ -51,13 +55,21 @@ class NodePublisher:
         *,
         wall=time.time,
         checked=None,
+        unknown_after=0.0,
+        clock=None,
     ):
         self.node_uuid = node_uuid
         self._wall = wall
         self.sync = sync
         self.backoff = backoff
         self.passes = (
-            passmod.standard(client, heal_budget=heal_budget, checked=checked)
+            passmod.standard(
+                client,
+                heal_budget=heal_budget,
+                checked=checked,
+                unknown_after=unknown_after,
+                clock=clock,
+            )
             if client is not None
             else ()
         )
@@ -66,11 +78,21 @@ class NodePublisher:
             (p for p in self.passes if isinstance(p, passmod.UnknownConsumerPass)), None
         )
 
-    def publish(self, tracker, desired, held=None, drop=frozenset(), driver_allocations=None):
+    def publish(
+        self,
+        tracker,
+        desired,
+        held=None,
+        drop=frozenset(),
+        driver_allocations=None,
+        *,
+        audit=True,
+    ):
         """Sync ``desired``, then run the allocation passes in order. One
         syncing thread at a time. ``held``, ``drop`` and
         ``driver_allocations``: see
-        :meth:`~rtagent.placement.sync.ProviderSync.sync`.
+        :meth:`~rtagent.placement.sync.ProviderSync.sync`; ``audit``: False
+        for a prompt sync (see :class:`~.passes.SyncedNode`).
 
         :returns: the :class:`~rtagent.placement.sync.SyncResult`.
         :raises SyncBackingOff: an earlier failure's backoff is not over.
@@ -96,7 +118,7 @@ class NodePublisher:
             )
             tracker.set_placement_ratios(self.sync.placement_ratios(self.node_uuid))
             node = passmod.SyncedNode(
-                self.node_uuid, tracker, self.sync.view, outcome.tree, held or {}
+                self.node_uuid, tracker, self.sync.view, outcome.tree, held or {}, audit=audit
             )
             for step in self.passes:
                 node = step.run(node)

@@ -148,6 +148,11 @@ def _flavor(data):
     return Flavor(**data) if data is not None else None
 
 
+def _states(a):
+    """nova's states a claim or move carries (since 1.8), the ones named."""
+    return {k: a[k] for k in ("vm_state", "task_state", "os_type") if k in a}
+
+
 class AgentEndpoint:
     """Serves the API (:data:`transport.API_VERSION`) over an :class:`rtagent.agent.Agent`.
 
@@ -261,6 +266,7 @@ class AgentEndpoint:
             "pci_requests": a.get("pci_requests"),
             "running_cpus": a.get("running_cpus"),
             "running_devices": a.get("running_devices"),
+            "states": _states(a),
         }
         if "user_id" in a:
             # Standalone mode: claim, then write the allocation ourselves;
@@ -296,6 +302,7 @@ class AgentEndpoint:
             task_state=a.get("task_state"),
             # An explicit null task_state clears it; an absent one keeps it.
             set_task="task_state" in a,
+            others={k: a[k] for k in ("os_type", "project_id") if k in a},
         )
         return {}
 
@@ -315,6 +322,8 @@ class AgentEndpoint:
             extra_specs=a.get("extra_specs"),
             image_properties=a.get("image_properties"),
             pci_requests=a.get("pci_requests"),
+            project_id=a.get("project_id", ""),
+            states=_states(a),
         )
         return {
             "numa": instance.move_numa_cells(recorded, tracker.node_uuid),

@@ -207,6 +207,16 @@ VM_STATES = (
 
 MOVE_TYPES = ("resize", "migration", "live-migration", "evacuation")
 
+# 1.8: nova's states of the instance, for the scheduler's stats.
+_TASK_STATE = {"type": ["string", "null"], "pattern": "\\A[a-z][a-z_]{0,63}\\Z"}
+_OS_TYPE = {"anyOf": [{"type": "null"}, _TEXT]}
+INSTANCE_STATES = {
+    # shelved_offloaded: an instance being unshelved here (task spawning).
+    "vm_state": {"enum": [s for s in VM_STATES if s != "deleted"]},
+    "task_state": _TASK_STATE,
+    "os_type": _OS_TYPE,
+}
+
 _NODE = {"node_uuid": UUID}
 
 
@@ -247,6 +257,8 @@ METHODS = {
             "running_cpus": RUNNING_CPUS,
             # 1.7: the PCI devices it keeps.
             "running_devices": RUNNING_DEVICES,
+            # 1.8: nova's states of the instance.
+            **INSTANCE_STATES,
         },
         required=("instance_uuid", "flavor"),
     ),
@@ -255,10 +267,10 @@ METHODS = {
         {
             "instance_uuid": UUID,
             "vm_state": {"enum": [*VM_STATES, None]},
-            "task_state": {
-                "type": ["string", "null"],
-                "pattern": "\\A[a-z][a-z_]{0,63}\\Z",
-            },
+            "task_state": _TASK_STATE,
+            # 1.8: the image's os_type and the instance's project.
+            "os_type": _OS_TYPE,
+            "project_id": _TEXT,
         },
         required=("instance_uuid",),
     ),
@@ -279,6 +291,9 @@ METHODS = {
             "image_properties": IMAGE_PROPERTIES,
             # 1.4: the PCI devices the instance asks for at the destination.
             "pci_requests": PCI_REQUESTS,
+            # 1.8: nova's states of the instance, and its project.
+            **INSTANCE_STATES,
+            "project_id": _TEXT,
         },
         required=(
             "migration_uuid",

@@ -36,6 +36,17 @@ def node_status(snapshot, sync=None, now=None):
         # Which: a caller reconciling with its own records (nova's tracker
         # adapter) needs them, not only their number.
         "instance_uuids": [i.uuid for i in snapshot.instances],
+        # Nova's states the node holds (the scheduler's stats count them):
+        # a caller keeps them current by difference.
+        "instance_states": {
+            i.uuid: {
+                "vm_state": i.vm_state,
+                "task_state": i.task_state,
+                "os_type": i.os_type,
+                "project_id": i.project_id,
+            }
+            for i in snapshot.instances
+        },
         "moves": [
             {
                 "migration_uuid": m.uuid,

@@ -233,7 +233,15 @@ def build_agent(
                 store.get_meta, store.set_meta, UNKNOWN_CHECKED_KEY.format(node=node)
             )
             return NodePublisher(
-                node, sync, new_backoff(), client, heal_budget=budget, checked=checked
+                node,
+                sync,
+                new_backoff(),
+                client,
+                heal_budget=budget,
+                checked=checked,
+                # A consumer found unknown is reported only when an audit a
+                # refresh interval later finds it again.
+                unknown_after=conf.rtagent.placement_refresh_interval,
             )
 
     except BaseException:

@@ -4,7 +4,7 @@ from rtagent.pci import held as pci_held
 from rtagent.resources import frozen_map
 from rtagent.tracker import errors, ledger, requests
 from rtagent.tracker.fits import ensure_fits, ensure_numa_fits
-from rtagent.tracker.model import RELEASED_VM_STATES
+from rtagent.tracker.model import releases
 from rtagent.tracker.pciholds import DeviceChoice, cell_rank
 from rtagent.tracker.pciholds import ensure_fits as ensure_pci_fits
 
@@ -140,12 +140,16 @@ def remove_instance(state, instance_uuid, token=None, deleted=False):
     return state.without_migrations(m.uuid for m in state.migrations_of(instance_uuid))
 
 
-def update_instance(state, instance_uuid, vm_state=None, task_state=None, set_task=False):
+def update_instance(
+    state, instance_uuid, vm_state=None, task_state=None, set_task=False, *, others=None
+):
     """Record nova state changes; a deleted or shelved-offloaded instance
     releases its usage (and its record) here.
 
     :param set_task: True to set ``task_state`` even to None (nova clears
         task_state by setting it to None).
+    :param others: ``os_type`` and ``project_id`` to set (the keys
+        present; an ``os_type`` of None clears it).
     :raises InstanceNotFound: the instance is not on this node.
     :raises ClaimPending: a standalone claim of the instance is in flight.
     """
@@ -153,13 +157,17 @@ def update_instance(state, instance_uuid, vm_state=None, task_state=None, set_ta
     instance = state.instances.get(instance_uuid)
     if instance is None:
         raise errors.InstanceNotFound(instance_uuid=instance_uuid, node=state.node_uuid)
-    if vm_state in RELEASED_VM_STATES:
+    task_after = task_state if task_state is not None or set_task else instance.task_state
+    if vm_state is not None and releases(vm_state, task_after):
         return remove_instance(state, instance_uuid, deleted=vm_state == "deleted")
     changes = {}
     if vm_state is not None:
         changes["vm_state"] = vm_state
     if task_state is not None or set_task:
         changes["task_state"] = task_state
+    changes.update(others or {})
+    if all(getattr(instance, key) == value for key, value in changes.items()):
+        return state  # nothing new: no write
     return state.with_instance(instance.replace(**changes))
 
 

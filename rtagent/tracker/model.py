@@ -74,8 +74,12 @@ class Flavor:
 _FLAVOR_FIELDS = tuple(f.name for f in dataclasses.fields(Flavor))
 
 
-# vm_states (nova's names) that release an instance's usage on this node.
-RELEASED_VM_STATES = frozenset({"deleted", "shelved_offloaded"})
+def releases(vm_state, task_state):
+    """True if nova frees an instance's resources in these states (its
+    ``allow_resource_removal``): deleted, or shelved-offloaded unless it is
+    being unshelved (spawning) here."""
+    return vm_state == "deleted" or (vm_state == "shelved_offloaded" and task_state != "spawning")
+
 
 # Move types, as nova names them in Migration.migration_type.
 MOVE_TYPES = frozenset({"resize", "migration", "live-migration", "evacuation"})
@@ -110,7 +114,8 @@ class Instance:
     :param resources: resource class -> amount, derived from the flavor.
     :param assigned: resource class -> identifiers claimed by this instance
         (e.g. specific devices), see :mod:`rtagent.tracker.assigned`.
-    :param vm_state, task_state: nova's states, for the scheduler's stats.
+    :param vm_state, task_state, os_type, project_id: nova's, for the
+        scheduler's stats (:mod:`rtagent.tracker.stats`).
     :param numa: a :class:`~rtagent.numa.usage.NumaClaim` (its cells, pinned
         CPUs and pages on this node), or None for a guest without a NUMA
         topology.
@@ -125,6 +130,7 @@ class Instance:
     vm_state: str = "building"
     task_state: str | None = None
     project_id: str = ""
+    os_type: str | None = None
     assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     numa: NumaClaim | None = None
     pci_devices: tuple = ()
@@ -141,6 +147,7 @@ class Instance:
             "vm_state": self.vm_state,
             "task_state": self.task_state,
             "project_id": self.project_id,
+            "os_type": self.os_type,
             "assigned": {rc: list(ids) for rc, ids in self.assigned.items()},
             "numa": _numa_dict(self.numa),
             "pci_devices": _pci_list(self.pci_devices),
@@ -156,6 +163,7 @@ class Instance:
             vm_state=data.get("vm_state", "active"),
             task_state=data.get("task_state"),
             project_id=data.get("project_id", ""),
+            os_type=data.get("os_type"),
             assigned=_frozen_ids(data.get("assigned")),
             numa=_numa_value(data.get("numa")),
             pci_devices=_pci_value(data.get("pci_devices")),
@@ -187,6 +195,10 @@ class Migration:
     status: str = "pre-migrating"
     seq: int = 0
     project_id: str = ""
+    os_type: str | None = None
+    # The instance's vm_state when the move started: the one it has again
+    # where it lands after a revert (or a move that needs no confirm).
+    vm_state: str = "active"
     old_assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     new_assigned: types.MappingProxyType = dataclasses.field(default_factory=lambda: frozen_map({}))
     old_numa: NumaClaim | None = None

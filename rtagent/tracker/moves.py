@@ -100,6 +100,7 @@ def start_move(
             old_numa=here.numa,
             old_pci=here.pci_devices,
             project_id=here.project_id,
+            os_type=here.os_type,
         )
     if migration.dest_node == node:
         if here is not None and not migration.same_node:
@@ -197,7 +198,7 @@ def finish_move(state, migration_uuid):
             )
         )
     elif move.dest_node == node:
-        state = state.with_instance(_landed(move, "new"))
+        state = state.with_instance(_landed(move, "new", finished=True))
     else:
         state = state.without_instance(move.instance_uuid)
     if move.migration_type in SELF_CONFIRMING_MOVES:
@@ -242,15 +243,21 @@ def revert_move(state, migration_uuid):
     return state.without_migrations([migration_uuid])
 
 
-def _landed(move, side):
+def _landed(move, side, finished=False):
     """The instance of ``move`` as it lives on this node after it landed,
-    with the ``side`` ("old" or "new") of the move it holds."""
+    with the ``side`` ("old" or "new") of the move it holds; ``finished``:
+    it landed at the destination. Its states are nova's then: ``resized``
+    while a resize or cold migration waits for its confirmation, else the
+    vm_state it had when the move started (nova's periodic reconciliation
+    corrects any other change with ``update_instance``)."""
+    waits = finished and move.migration_type not in SELF_CONFIRMING_MOVES
     return Instance(
         uuid=move.instance_uuid,
         flavor=getattr(move, f"{side}_flavor"),
         resources=getattr(move, f"{side}_resources"),
-        vm_state="active",
+        vm_state="resized" if waits else move.vm_state,
         project_id=move.project_id,
+        os_type=move.os_type,
         assigned=getattr(move, f"{side}_assigned"),
         numa=getattr(move, f"{side}_numa"),
         pci_devices=getattr(move, f"{side}_pci"),

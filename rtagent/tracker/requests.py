@@ -9,7 +9,7 @@ or image property).
 from rtagent.numa import constraints
 from rtagent.resources import PCPU, VCPU, frozen_map
 from rtagent.tracker import errors, ledger
-from rtagent.tracker.model import Flavor, Instance, Migration, check_uuid
+from rtagent.tracker.model import Flavor, Instance, Migration, check_uuid, releases
 
 
 def check_flavor(flavor):
@@ -88,9 +88,29 @@ def on_dedicated_cpus(amounts, numa):
     return amounts
 
 
-def instance(instance_uuid, flavor, *, volume_backed=False, project_id="", guest=None):
+def states_of(states):
+    """The nova states of a claim or move: ``vm_state`` (default
+    ``building``, an instance being built), ``task_state`` and ``os_type``
+    (default None), from a mapping that may name any of them."""
+    states = states or {}
+    found = {
+        "vm_state": states.get("vm_state") or "building",
+        "task_state": states.get("task_state"),
+        "os_type": states.get("os_type"),
+    }
+    if releases(found["vm_state"], found["task_state"]):
+        # nova frees an instance in these states: nothing to claim or move.
+        raise errors.InvalidClaimRequest(
+            reason=f"vm_state {found['vm_state']} with task_state {found['task_state']} "
+            "holds no resources"
+        )
+    return found
+
+
+def instance(instance_uuid, flavor, *, volume_backed=False, project_id="", guest=None, states=None):
     """The :class:`Instance` an instance claim asks for (its ``numa`` is
-    set by the claim, when ``guest`` gives a topology)."""
+    set by the claim, when ``guest`` gives a topology); ``states`` as
+    :func:`states_of` reads them."""
     check_flavor(flavor)
     return Instance(
         check_uuid(instance_uuid),
@@ -98,6 +118,7 @@ def instance(instance_uuid, flavor, *, volume_backed=False, project_id="", guest
         frozen_map(resources(flavor, volume_backed, guest)),
         volume_backed=bool(volume_backed),
         project_id=str(project_id or ""),
+        **states_of(states),
     )
 
 
@@ -112,10 +133,14 @@ def migration(
     new_flavor=None,
     volume_backed=False,
     guest=None,
+    project_id="",
+    states=None,
 ):
     """The :class:`Migration` a move asks for; ``new_flavor`` defaults to
     ``old_flavor`` (migrations, live migrations, evacuations); ``guest``
-    is the topology the new flavor asks for, or None."""
+    is the topology the new flavor asks for, or None; ``project_id`` and
+    ``states`` (:func:`states_of`) are the instance's, which it keeps
+    where it lands."""
     new_flavor = check_flavor(new_flavor or old_flavor)
     check_flavor(old_flavor)
     return Migration(
@@ -128,4 +153,6 @@ def migration(
         new_flavor=new_flavor,
         old_resources=frozen_map(ledger.requested_resources(old_flavor, volume_backed)),
         new_resources=frozen_map(resources(new_flavor, volume_backed, guest)),
+        project_id=str(project_id or ""),
+        **{k: v for k, v in states_of(states).items() if k != "task_state"},
     )

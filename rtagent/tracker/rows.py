@@ -135,6 +135,7 @@ _PCI = {
     },
 }
 _STATE = {"type": ["string", "null"], "pattern": "\\A[a-z][a-z_-]{0,63}\\Z"}
+_OS_TYPE = {"anyOf": [{"type": "null"}, jsonbounds.TEXT]}
 
 # Fields a store of an older schema may lack are optional, with the
 # defaults Instance.from_dict and Migration.from_dict give them.
@@ -148,6 +149,7 @@ INSTANCE_ROW = {
         "vm_state": {"type": "string", "pattern": "\\A[a-z][a-z_-]{0,63}\\Z"},
         "task_state": _STATE,
         "project_id": jsonbounds.TEXT,
+        "os_type": _OS_TYPE,
         "assigned": _ASSIGNED,
         "numa": _NUMA,
         "pci_devices": _PCI,
@@ -171,6 +173,8 @@ MIGRATION_ROW = {
         "status": {"type": "string", "pattern": "\\A[a-z][a-z_-]{0,63}\\Z"},
         "seq": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
         "project_id": jsonbounds.TEXT,
+        "os_type": _OS_TYPE,
+        "vm_state": {"type": "string", "pattern": "\\A[a-z][a-z_-]{0,63}\\Z"},
         "old_assigned": _ASSIGNED,
         "new_assigned": _ASSIGNED,
         "old_numa": _NUMA,

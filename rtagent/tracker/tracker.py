@@ -343,6 +343,7 @@ class Tracker:
         pci_requests=None,
         running_cpus=None,
         running_devices=None,
+        states=None,
     ):
         """Claim ``flavor``'s resources for an instance; durable on return.
 
@@ -377,6 +378,9 @@ class Tracker:
             the guest already runs with (an instance claimed after the
             fact): each named request takes exactly those, or the claim is
             refused (``DevicesUnavailable``).
+        :param states: nova's ``vm_state``, ``task_state`` and ``os_type``
+            of the instance (:func:`.requests.states_of`), for the
+            scheduler's stats; a retried claim keeps the ones held.
         :raises InvalidClaimRequest: malformed UUID, flavor or limits.
         :raises InvalidConstraint: an extra spec or image property is
             invalid or conflicts with another.
@@ -392,7 +396,12 @@ class Tracker:
         """
         guest = requests.topology(flavor, extra_specs, image_properties)
         instance = requests.instance(
-            instance_uuid, flavor, volume_backed=volume_backed, project_id=project_id, guest=guest
+            instance_uuid,
+            flavor,
+            volume_backed=volume_backed,
+            project_id=project_id,
+            guest=guest,
+            states=states,
         )
         checked_limits = ledger.check_limits(limits)
         pci = self._pci_requests(pci_requests, instance.uuid)
@@ -510,9 +519,12 @@ class Tracker:
         LOG.info("Released the claim of instance %s", instance_uuid)
         return True
 
-    def update_instance(self, instance_uuid, *, vm_state=None, task_state=None, set_task=False):
+    def update_instance(
+        self, instance_uuid, *, vm_state=None, task_state=None, set_task=False, others=None
+    ):
         """Record a nova state change. ``deleted`` and ``shelved_offloaded``
-        release the instance's usage on this node.
+        release the instance's usage on this node; ``others`` sets
+        ``os_type`` and ``project_id`` (the keys present).
 
         :raises InstanceNotFound: not tracked on this node.
         :raises ClaimPending: a standalone claim of the instance is in flight.
@@ -522,7 +534,7 @@ class Tracker:
             "update_instance",
             instance_uuid,
             lambda state: claims.update_instance(
-                state, instance_uuid, vm_state, task_state, set_task
+                state, instance_uuid, vm_state, task_state, set_task, others=others
             ),
         )
 

@@ -17,7 +17,7 @@ import json
 from rtagent.numa.view import numa_topology
 from rtagent.pci import pools
 from rtagent.resources import DISK_GB, MEMORY_MB, PCPU, VCPU
-from rtagent.tracker import ledger
+from rtagent.tracker import ledger, stats
 
 
 def compute_node(snapshot, host_ip, now=None, metrics=(), pci_in_placement=False):
@@ -58,7 +58,7 @@ def compute_node(snapshot, host_ip, now=None, metrics=(), pci_in_placement=False
         "free_disk_gb": free_disk,
         "disk_available_least": least if least is not None else int(free_disk),
         "running_vms": snapshot.running_vms,
-        "current_workload": int(snapshot.stats.get("io_workload", "0")),
+        "current_workload": stats.current_workload(snapshot.stats),
         "stats": dict(snapshot.stats),
         "cpu_allocation_ratio": _ratio(invs, VCPU),
         "ram_allocation_ratio": _ratio(invs, MEMORY_MB),

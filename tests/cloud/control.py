@@ -34,6 +34,17 @@ ACCOUNTING = {
 }
 # nova's update_resources_interval here (nova's default: 60 s).
 NOVA_AUDIT_S = 5
+# nova's default scheduler filters, and IoOpsFilter with a limit the
+# scenario's hosts reach only if idle servers count as busy.
+SCHEDULER_FILTERS = (
+    "ComputeFilter",
+    "ComputeCapabilitiesFilter",
+    "ImagePropertiesFilter",
+    "ServerGroupAntiAffinityFilter",
+    "ServerGroupAffinityFilter",
+    "IoOpsFilter",
+)
+MAX_IO_OPS = 2
 
 
 def service_env(*paths):
@@ -267,6 +278,13 @@ class ControlPlane:
             # Quotas count against keystone's projects, which this cloud has not.
             "quota": {"instances": "-1", "cores": "-1", "ram": "-1"},
             "scheduler": {"workers": "1", "discover_hosts_in_cells_interval": "2"},
+            # nova's default filters and IoOpsFilter, which reads the
+            # ComputeNode record's io_workload (issue 48: a host whose
+            # idle servers counted as building refused every boot).
+            "filter_scheduler": {
+                "enabled_filters": ",".join(SCHEDULER_FILTERS),
+                "max_io_ops_per_host": str(MAX_IO_OPS),
+            },
             "conductor": {"workers": "1"},
         }
         for more in (self.nova_options, extra or {}):

@@ -5,6 +5,7 @@ the check made after every step. Step figures are ``key=value`` lines.
 
 import time
 
+from tests.cloud import novastats
 from tests.cloud.api import Nova, PlacementReader
 from tests.cloud.checks import HostView, Model, Move, compare
 from tests.cloud.control import NOVA_AUDIT_S
@@ -15,7 +16,8 @@ from tests.cloud.services import wait_for
 # a bound that catches a hang, not a timing. Normally they agree within
 # the agent's prompt sync (about a second after each change), unknown
 # consumers reported on the second of two audits, and nova's periodic
-# update of the ComputeNode record: 2 * AGENT_AUDIT_S + NOVA_AUDIT_S,
+# update of the ComputeNode record (its stats compared with nova's own
+# Stats, tests/cloud/novastats.py): 2 * AGENT_AUDIT_S + NOVA_AUDIT_S,
 # 11 s, and 10-13 s beside make test on 2 cores, where a restarted
 # nova-compute also took 27 s to start. How long each step took is
 # printed (``agree_s``); speed is the benchmarks' to judge.
@@ -141,7 +143,21 @@ class Cloud:
         found = []
         for view in views.values():
             found += compare(self.model, view, allocations, self.providers)
+        found += self.stats_findings()
         return found, views
+
+    def stats_findings(self):
+        """Where a running compute service's ComputeNode record (what
+        nova's scheduler reads) differs from what stock nova's own Stats
+        computes for the servers nova's rows place on the host."""
+        running = [name for name, host in self.hosts.items() if host.compute is not None]
+        if not running:
+            return []
+        records, instances = novastats.read(self.control, running)
+        found = []
+        for name in running:
+            found += novastats.compare(name, records.get(name), instances)
+        return found
 
     def agree(self, step, bound=BOUND_S, sources=None, **figures):
         """Wait until Placement, os-hypervisors and every running agent

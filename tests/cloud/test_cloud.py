@@ -7,7 +7,10 @@ reserved); two flavors, small (1 vCPU, 256 MB, 1 GB) and large (2, 512,
 1). The scenario's steps run in order on one cloud; after each,
 :meth:`~tests.cloud.harness.Cloud.agree` checks that Placement (usages and
 every server's allocations), os-hypervisors and each agent's ``rtagent
-status --json`` agree with the flavors of the servers on each host, within
+status --json`` agree with the flavors of the servers on each host, and
+that each running host's ComputeNode record (``stats``,
+``current_workload``, ``running_vms``: what nova's scheduler reads) is
+what stock nova's own ``Stats`` computes for the servers on it, within
 :data:`~tests.cloud.harness.BOUND_S`. A step after a failed one fails
 at once, naming it.
 
@@ -24,6 +27,7 @@ import time
 
 import pytest
 
+from tests.cloud.control import MAX_IO_OPS
 from tests.cloud.harness import ACTION_BOUND_S, start_cloud
 
 A, B = "cloud-a", "cloud-b"
@@ -265,3 +269,29 @@ def test_adoption_while_resizes_wait_for_confirmation(adoption, flavors):
     cloud.agree("adoption_moved_back", action_s=time.monotonic() - t0)
     cloud.delete(*sorted(cloud.model.servers))
     cloud.agree("adoption_delete_all")
+
+
+@pytest.fixture
+def io_hosts(control, figures):
+    cloud = start_cloud(control, figures, ["io-a", "io-b"], on_rtagent=True)
+    try:
+        yield cloud
+    finally:
+        cloud.retire()
+
+
+def test_idle_servers_leave_room_under_io_ops_filter(io_hosts, flavors):
+    """nova's scheduler runs IoOpsFilter (max_io_ops_per_host 2): two idle
+    servers per host load no host's I/O, so a fifth boot goes ACTIVE."""
+    cloud = io_hosts
+    small = flavors["small"]
+    idle = []
+    for name in ("idle-1", "idle-2"):
+        idle += cloud.boot(name, small, 2)
+        cloud.agree(f"io_{name}")
+    assert sorted(cloud.model.host_of(s) for s in idle) == ["io-a", "io-a", "io-b", "io-b"]
+    assert MAX_IO_OPS == 2
+    (fifth,) = cloud.boot("fifth", small)
+    cloud.agree("io_fifth")
+    cloud.delete(fifth, *idle)
+    cloud.agree("io_deleted")

@@ -11,10 +11,18 @@ from rtagent.tracker.model import Flavor, Instance, NodeSnapshot
 from rtagent.virt.host import DOMAIN_PAUSED, DOMAIN_RUNNING, DOMAIN_SHUTOFF, DomainInfo, HostView
 
 
-def inst(uuid, vm_state="active", task_state=None, project="p1", vcpus=1):
+def inst(uuid, vm_state="active", task_state=None, project="p1", vcpus=1, os_type=None):
     flavor = Flavor(vcpus, 512, 10)
     res = frozen_map({VCPU: vcpus, MEMORY_MB: 512, DISK_GB: 10})
-    return Instance(uuid, flavor, res, vm_state=vm_state, task_state=task_state, project_id=project)
+    return Instance(
+        uuid,
+        flavor,
+        res,
+        vm_state=vm_state,
+        task_state=task_state,
+        project_id=project,
+        os_type=os_type,
+    )
 
 
 def test_stats_are_novas_keys_as_strings():
@@ -23,7 +31,7 @@ def test_stats_are_novas_keys_as_strings():
             inst("a"),
             inst("b", "building"),
             inst("c", task_state="resize_migrating", project="p2"),
-            inst("d", task_state="powering-off"),
+            inst("d", task_state="powering-off", os_type="linux"),
         ],
         failed_builds=2,
     )
@@ -34,15 +42,29 @@ def test_stats_are_novas_keys_as_strings():
         "num_task_None": "2",
         "num_task_resize_migrating": "1",
         "num_task_powering-off": "1",
+        # nova spells an image without os_type "None", as it does task_state.
+        "num_os_type_None": "3",
+        "num_os_type_linux": "1",
         "num_proj_p1": "3",
         "num_proj_p2": "1",
         "io_workload": "2",  # building + resize_migrating
         "failed_builds": "2",
     }
+    # Instances with a task under way (nova's current_workload), not I/O.
+    assert stats.current_workload(got) == 2
 
 
 def test_stats_of_an_empty_node():
-    assert stats.stats([]) == {"num_instances": "0", "io_workload": "0", "failed_builds": "0"}
+    # nova's periodic clears the stats and writes io_workload and
+    # num_instances only when it counts an instance.
+    assert stats.stats([]) == {"failed_builds": "0"}
+    assert stats.current_workload(stats.stats([])) == 0
+
+
+def test_idle_active_instances_load_nothing():
+    got = stats.stats([inst("a"), inst("b")])
+    assert got["io_workload"] == "0"
+    assert stats.current_workload(got) == 0
 
 
 def dom(uuid, state=DOMAIN_RUNNING, vcpus=2, mem=1024):

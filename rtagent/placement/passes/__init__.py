@@ -57,6 +57,8 @@ class SyncedNode:
         in Placement).
     :param emptied: consumers an earlier pass of this run proved hold
         nothing on the node's providers any more (healed).
+    :param audit: True at the periodic audit, False at a prompt sync
+        (only audits confirm an unknown consumer).
     """
 
     node_uuid: str
@@ -65,6 +67,7 @@ class SyncedNode:
     tree: object
     held: dict = dataclasses.field(default_factory=dict)
     emptied: frozenset = frozenset()
+    audit: bool = True
 
     def after(self, *, emptied=frozenset()):
         """This node as the next pass sees it."""
@@ -79,17 +82,20 @@ class SyncedNode:
         return self.view.get(self.node_uuid)
 
 
-def standard(client, *, heal_budget=None, checked=None):
+def standard(client, *, heal_budget=None, checked=None, unknown_after=0.0, clock=None):
     """The passes of every node, in the order they run: healing first, so
     that what it removes is not reported as unknown in the same run.
 
     :param heal_budget: a :class:`~.heal.HealBudget`.
     :param checked: a :class:`~rtagent.placement.checkpoint.MetaRecord`
         for :class:`~.unknown.UnknownConsumerPass` (or None).
+    :param unknown_after: seconds between the two audits that must find
+        a consumer before it is reported unknown (the refresh interval).
+    :param clock: monotonic seconds (default ``time.monotonic``).
     """
     return (
         HealPass(client, heal_budget),
-        UnknownConsumerPass(client, checked),
+        UnknownConsumerPass(client, checked, confirm_after=unknown_after, clock=clock),
         PinnedVcpuPass(client),
         PciDevicePass(client),
     )

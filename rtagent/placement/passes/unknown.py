@@ -5,8 +5,12 @@ A consumer the node does not know may be a claim about to arrive (the
 scheduler writes its allocation first), someone else's consumer on a
 shared provider, or a leak: nothing here can tell which, so it is
 reported (log, status, metrics), never written. A consumer is reported
-once it is found twice in a row, and stops being reported as soon as its
-claim or move arrives.
+once two periodic audits at least a refresh interval apart
+(``confirm_after``) have found it, and stops being reported as soon as
+its claim or move arrives. A prompt sync may find a candidate, never
+confirm one: prompt syncs come half a second apart while a burst of
+claims lands (concurrent evacuations), and a claim its scheduler
+allocated for a moment before is no leak.
 
 Finding them cheaply is :class:`AllocationIndex`'s job; what was reported
 is :class:`ConsumerReport`'s; :class:`UnknownConsumerPass` runs the check
@@ -14,6 +18,7 @@ only when the root's generation moved (every allocation change moves it).
 """
 
 import logging
+import time
 
 LOG = logging.getLogger(__name__)
 
@@ -216,11 +221,15 @@ class UnknownConsumerPass:
 
     name = "unknown_consumers"
 
-    def __init__(self, client, checked=None):
+    def __init__(self, client, checked=None, *, confirm_after=0.0, clock=None):
         self._index = AllocationIndex(client)
         self._report = ConsumerReport()
-        # Candidates found unknown at the last check, and the root generation
-        # that check saw: the check runs again only when it moves.
+        self._confirm_after = confirm_after
+        self._clock = clock or time.monotonic
+        # Candidates found unknown and not yet reported -> when a check
+        # first found them (the clock's seconds), and the root generation
+        # the last check saw: the check runs again when it moves, or at an
+        # audit once a candidate is due.
         self._candidates = {}
         self._generation = None
         # A restart resumes from the last clean check: with the root's
@@ -241,15 +250,24 @@ class UnknownConsumerPass:
         root = node.root
         if root is None:
             return node
-        # Candidates not yet confirmed are looked at again on the next run,
-        # even if nothing moved; otherwise only when the generation moves.
-        unconfirmed = set(self._candidates) - set(self._report.unknown)
-        if self._generation == root.generation and not unconfirmed:
+        now = self._clock()
+        # Candidates are looked at again at the first audit they are due
+        # at, even if nothing moved; otherwise only when the generation
+        # moves.
+        due = node.audit and any(self._due(first, now) for first in self._candidates.values())
+        if self._generation == root.generation and not due:
             return node
         found = self.find(node.tracker, node.view)
-        previous, self._candidates = self._candidates, found
+        reported = set(self._report.unknown)
+        confirmed = {
+            c
+            for c in found
+            if c in reported
+            or (node.audit and c in self._candidates and self._due(self._candidates[c], now))
+        }
+        self._candidates = {c: self._candidates.get(c, now) for c in found if c not in confirmed}
         self._generation = root.generation
-        self._report.update({c: a for c, a in found.items() if c in previous})
+        self._report.update({c: found[c] for c in confirmed})
         record = {"generation": None if found else root.generation}
         if self._checked is not None and record != self._saved:
             # Written when it changes only: at most once per run whose
@@ -257,6 +275,10 @@ class UnknownConsumerPass:
             self._checked.save(record)
             self._saved = record
         return node
+
+    def _due(self, first, now):
+        """True once a candidate first found at ``first`` may be confirmed."""
+        return now - first >= self._confirm_after
 
     def find(self, tracker, view, full=False):
         """Allocations on ``view``'s providers of consumers the node does

@@ -1,0 +1,97 @@
+"""docs/placement-sync.md, "Unknown consumers", against the real Placement
+app: a consumer is reported only after two periodic audits a refresh
+interval apart found it; prompt syncs never confirm one (issue 48: two
+prompt syncs 0.4 s apart during concurrent evacuations reported a
+scheduler's allocation whose claim came a moment later)."""
+
+import logging
+import time
+import uuid
+
+import pytest
+
+from rtagent.tracker.model import Flavor
+from tests.functional.placement.conftest import put_allocation
+
+pytestmark = pytest.mark.functional
+
+TINY = Flavor(1, 256)
+RES = {"VCPU": 1, "MEMORY_MB": 256}
+WARNED = "unknown to this agent"
+
+
+def another_claim(agent):
+    """A claim of another instance: a local change, so the next sync reads
+    Placement whatever the refresh interval (as each evacuation's claim
+    made the prompt sync read it)."""
+    agent.tracker.instance_claim(str(uuid.uuid4()), TINY)
+
+
+def warnings_about(caplog, consumer):
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and WARNED in r.getMessage() and consumer in r.getMessage()
+    ]
+
+
+@pytest.mark.parametrize("refresh_interval", [0, 300])
+def test_prompt_syncs_never_report_a_claim_about_to_arrive(
+    make_agent, make_conf, operator, caplog, refresh_interval
+):
+    agent = make_agent(make_conf(rtagent__placement_refresh_interval=refresh_interval))
+    node = agent.audit().snapshot.node_uuid
+    caplog.set_level(logging.INFO)
+    # The scheduler allocates; its claim is still on the way.
+    arriving = str(uuid.uuid4())
+    put_allocation(operator, arriving, {node: RES})
+    another_claim(agent)
+    agent.sync_changed()  # a prompt sync for another claim: found, a candidate
+    time.sleep(0.4)
+    another_claim(agent)
+    agent.sync_changed()  # the next prompt sync finds it again
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+    agent.tracker.instance_claim(arriving, TINY)  # the claim arrives
+    agent.sync_changed()
+    agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+    assert warnings_about(caplog, arriving) == []
+
+
+def test_two_audits_less_than_a_refresh_interval_apart_report_nothing(
+    make_agent, make_conf, operator, caplog
+):
+    agent = make_agent(make_conf(rtagent__placement_refresh_interval=300))
+    node = agent.audit().snapshot.node_uuid
+    caplog.set_level(logging.INFO)
+    leak = str(uuid.uuid4())
+    put_allocation(operator, leak, {node: RES})
+    another_claim(agent)
+    agent.audit()
+    time.sleep(0.4)
+    another_claim(agent)
+    agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+    assert warnings_about(caplog, leak) == []
+
+
+def test_a_leak_is_reported_by_the_audit_a_refresh_interval_later(
+    make_agent, make_conf, operator, caplog
+):
+    agent = make_agent(make_conf(rtagent__placement_refresh_interval=1))
+    node = agent.audit().snapshot.node_uuid
+    caplog.set_level(logging.INFO)
+    leak = str(uuid.uuid4())
+    put_allocation(operator, leak, {node: RES})
+    # Placement is read once a refresh interval (nothing changed here):
+    # the audit after it finds the leak first.
+    time.sleep(1.05)
+    agent.audit()
+    agent.sync_changed()  # a prompt sync in between confirms nothing
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+    time.sleep(1.05)
+    agent.sync_changed()  # due, but a prompt sync: still nothing
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+    agent.audit()  # an audit a refresh interval later: reported
+    assert agent.sync_status()[node]["unknown_consumers"] == [leak]
+    assert len(warnings_about(caplog, leak)) == 1
