@@ -48,8 +48,10 @@ class KvmHost(Host):
             "cpu_dedicated_set": CPU_DEDICATED_SET,
             "cpu_shared_set": CPU_SHARED_SET,
         }
-        # The agent reads; only nova's driver writes.
-        sections["libvirt"]["connection_uri"] = self.libvirtd.ro_uri
+        # Read-write, as docs/libvirt-audit.md says (libvirt answers no
+        # domain capabilities on a read-only connection: no COMPUTE_*
+        # traits); the agent calls no mutating API.
+        sections["libvirt"]["connection_uri"] = self.libvirtd.uri
         return sections
 
     def _accounting(self):

@@ -122,7 +122,7 @@ class LibvirtDriver(driver.HostDriver):
         self._hostdev_cache = {}
         self._node_devices = facts.NodeDeviceCache()
         self._domain_cache = domains.DomainCache()
-        self._domain_reading = facts.DomainReading()
+        self._domain_reading = facts.DomainReading(**kw)
         # (input, result) of the last reading's derivations that are O(N) or
         # parse XML: a steady reading has the same inputs and reuses them.
         self._overcommit = (None, 0)

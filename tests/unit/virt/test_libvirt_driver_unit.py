@@ -12,7 +12,7 @@ import libvirt
 import pytest
 
 from rtagent.virt import errors, host
-from rtagent.virt.libvirt import LibvirtDriver, connection
+from rtagent.virt.libvirt import LibvirtDriver, connection, facts
 
 URI = "qemu:///system"
 INFO = ["x86_64", 65536, 8, 2600, 1, 1, 4, 2]
@@ -36,6 +36,18 @@ def lv_error(code, message="boom"):
     # (code, domain, message, level, ...) as virGetLastError returns it.
     exc.err = (code, 0, message, 2, None, None, None, 0, 0)
     return exc
+
+
+_GROUPS = (
+    (libvirt.VIR_DOMAIN_STATS_STATE, "state."),
+    (libvirt.VIR_DOMAIN_STATS_VCPU, "vcpu."),
+    (libvirt.VIR_DOMAIN_STATS_BALLOON, "balloon."),
+    (libvirt.VIR_DOMAIN_STATS_BLOCK, "block."),
+)
+STATES = libvirt.VIR_DOMAIN_STATS_STATE
+FULL = 0
+for _bit, _prefix in _GROUPS:
+    FULL |= _bit
 
 
 def full_stats(i):
@@ -77,6 +89,8 @@ class FakeConn:
 
     def __init__(self, domain_stats=(), fail=None, alive=1):
         self.calls = []
+        self.groups = []  # the stats groups of each getAllDomainStats
+        self.tick = 0
         self.fail = dict(fail or {})
         self.alive = alive
         self.closed = False
@@ -123,7 +137,16 @@ class FakeConn:
 
     def getAllDomainStats(self, stats, flags):
         assert flags == 0  # every domain, active or not
-        return self._answer("getAllDomainStats", self.domains)
+        self.groups.append(stats)
+        # As QEMU: only the groups asked for; a running guest's vCPU time
+        # grows between two readings (a counter, not a size).
+        self.tick += 1
+        asked = tuple(prefix for bit, prefix in _GROUPS if stats & bit)
+        answer = []
+        for dom, dom_stats in self.domains:
+            counted = dict(dom_stats, **{"vcpu.0.time": self.tick})
+            answer.append((dom, {k: v for k, v in counted.items() if k.startswith(asked)}))
+        return self._answer("getAllDomainStats", answer)
 
     def listAllDevices(self, flags):
         return self._answer("listAllDevices", [])
@@ -219,6 +242,44 @@ def test_call_count_does_not_grow_with_domains_when_stats_are_full(n_domains):
     assert driver.last_call_count == 1 + READING + STATIC + n_domains
     driver.read_host()
     assert driver.last_call_count == READING
+
+
+def test_a_steady_reading_asks_libvirt_for_the_domains_states_alone():
+    # The other groups make libvirtd ask each running guest's QEMU; a
+    # steady host's sizes come from the last full reading.
+    conn = FakeConn(qemu_domains(3))
+    driver, _ = make_driver(conn, clock=Clock())
+    first = driver.read_host().domains
+    assert conn.groups == [FULL]
+    for _ in range(3):
+        assert driver.read_host().domains is first
+        assert driver.last_call_count == READING
+    assert conn.groups == [FULL, STATES, STATES, STATES]
+
+
+def test_a_state_change_an_event_or_age_reads_the_domains_in_full():
+    clock = Clock()
+    conn = FakeConn(qemu_domains(2))
+    driver, _ = make_driver(conn, clock=clock)
+    driver.read_host()
+    # A guest shut off: the states differ, its sizes are read again.
+    conn.domains[0][1]["state.state"] = 5
+    assert driver.read_host().domains[0].state == 5
+    assert conn.groups[-2:] == [STATES, FULL]
+    assert driver.last_call_count == READING + 1
+    # A lifecycle event (a domain redefined, same state): in full at once.
+    driver._on_lifecycle(None, conn.domains[1][0], 0, 0, None)
+    conn.domains[1][1]["balloon.current"] = 3 * 1048576
+    assert driver.read_host().domains[1].memory_mb == 3072
+    assert conn.groups[-1] == FULL
+    # A balloon that changes with no event: seen once the full reading is
+    # older than the bound, not before.
+    conn.domains[1][1]["balloon.current"] = 4 * 1048576
+    clock.now += facts.FULL_READ_MAX_AGE_S - 1
+    assert driver.read_host().domains[1].memory_mb == 3072
+    clock.now += 1
+    assert driver.read_host().domains[1].memory_mb == 4096
+    assert conn.groups[-2:] == [STATES, FULL]
 
 
 def test_falls_back_to_info_only_for_domains_without_stats():
