@@ -156,7 +156,8 @@ class Cloud:
         records, instances = novastats.read(self.control, running)
         found = []
         for name in running:
-            found += novastats.compare(name, records.get(name), instances)
+            host = self.hosts[name]
+            found += novastats.compare(name, records.get(name), instances, host.DRIVER_STATS)
         return found
 
     def agree(self, step, bound=BOUND_S, sources=None, **figures):

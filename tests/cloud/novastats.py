@@ -74,14 +74,25 @@ def novas_own(instances, host, nodename):
     )
 
 
-def compare(host, record, instances):
-    """Findings where ``host``'s record differs from nova's own Stats."""
+def compare(host, record, instances, driver_keys=()):
+    """Findings where ``host``'s record differs from nova's own Stats.
+
+    :param driver_keys: the stats the host's virt driver reports itself
+        (nova digests its ``get_available_resource()["stats"]`` into the
+        record first: libvirt's ``uptime``, whose value changes by the
+        second): each must be there; their values are not nova's Stats'.
+    """
     if record is None:
         return [Finding(host, "ComputeNode", "record", "one", None)]
     stats, workload, running = novas_own(instances, host, record["hypervisor_hostname"])
-    found = []
+    got_stats = {k: v for k, v in record["stats"].items() if k not in driver_keys}
+    found = [
+        Finding(host, "ComputeNode", f"the virt driver's {key} in stats", "present", None)
+        for key in driver_keys
+        if key not in record["stats"]
+    ]
     for what, expected, got in (
-        ("stats", stats, record["stats"]),
+        ("stats", stats, got_stats),
         ("current_workload", workload, record["current_workload"]),
         ("running_vms", running, record["running_vms"]),
     ):

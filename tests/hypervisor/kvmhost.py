@@ -34,6 +34,9 @@ def virt_type():
 class KvmHost(Host):
     """A cloud host whose hypervisor is a real libvirtd with QEMU guests."""
 
+    # nova's LibvirtDriver reports the host's ``uptime`` output in stats.
+    DRIVER_STATS = ("uptime",)
+
     def __init__(self, name, control, workdir):
         self.libvirtd = Libvirtd(
             os.path.join(workdir, name, "libvirtd"), hostname=name, owns_every_domain=True
