@@ -92,7 +92,7 @@ from rtagent.service import builder
 from rtagent.testing.placement_server import PlacementServer
 from rtagent.tracker.model import Flavor
 from rtagent.virt.libvirt import driver as libvirt_driver
-from rtagent.virt.libvirt.facts import DOMAIN_STATS
+from rtagent.virt.libvirt.facts import DOMAIN_STATES
 from rtagent.virt.libvirt.probes import capability_traits, cpu_traits
 
 SIZES = (0, 100, 1000)
@@ -242,8 +242,7 @@ def libvirt_floor(conn):
     conn.getType()
     conn.getVersion()
     conn.getHostname()
-    conn.getCapabilities()
-    for dom, _stats in conn.getAllDomainStats(DOMAIN_STATS, 0):
+    for dom, _stats in conn.getAllDomainStats(DOMAIN_STATES, 0):
         dom.UUIDString()
         dom.name()
     return time.process_time() - started

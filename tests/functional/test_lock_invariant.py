@@ -265,9 +265,10 @@ def test_no_placement_request_or_libvirt_call_with_a_lock_held(build, operator, 
     assert not failures
     assert claimed, "claims ran alongside the audits"
     assert len(agent.nodes.trackers()) == (2 if driver_class else 1)
-    # The checks ran: 21 audits each read libvirt (connect + 7 reads), wrote
-    # to Placement, and the claim threads sent their standalone writes.
-    assert checker.seen["libvirt"] >= 21 * 8, checker.seen
+    # The checks ran: 21 audits each read libvirt (connect + at least 6
+    # reads of a steady host), wrote to Placement, and the claim threads
+    # sent their standalone writes.
+    assert checker.seen["libvirt"] >= 21 * 7, checker.seen
     audit_writes = [
         url
         for method, url, _ in checker.placement.requests
@@ -291,7 +292,7 @@ def test_the_check_detects_a_libvirt_call_under_any_lock(build, node_index):
         agent.driver.read_nodes()
     flagged = checker.flagged("libvirt")
     assert flagged, "read_nodes under the lock was not caught"
-    assert {c[1] for c in flagged} >= {"reuse connection", "node info", "domain stats"}
+    assert {c[1] for c in flagged} >= {"reuse connection", "node info", "domain states"}
     assert all(c[3] == [tracker.node_uuid] for c in flagged)
     assert checker.flagged("placement") == []
 

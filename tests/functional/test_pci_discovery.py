@@ -43,8 +43,7 @@ STEADY = [
     "hypervisor type",
     "hypervisor version",
     "hypervisor hostname",
-    "capabilities",
-    "domain stats",
+    "domain states",
 ]
 # A vHBA the test driver can create and destroy at run time (test:///default
 # has the fc_host parent): a real node device that vanishes on demand.

@@ -127,12 +127,15 @@ def test_audit_cost_is_constant_in_domains(libvirtd, guests, driver, admin):
     extra = libvirtd.create_guest(admin, "count")
     try:
         driver.read_host()
-        # the new domain's XML (its host devices) is read once
-        assert driver.last_call_count == before + 1 == 9
+        # the new domain's XML (its host devices) is read once, and the
+        # domains in full: after the states alone found a new one (+1), or
+        # at once when its lifecycle event came first (the event thread's
+        # timing)
+        assert driver.last_call_count in (before + 1, before + 2)
         time.sleep(1)  # let the guest's lifecycle events arrive
         driver.read_host()  # they may ask for its XML once more
         driver.read_host()
-        assert driver.last_call_count == before == 8
+        assert driver.last_call_count == before == 7
     finally:
         libvirtd.destroy_guest(admin, extra)
 

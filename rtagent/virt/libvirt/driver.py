@@ -123,6 +123,7 @@ class LibvirtDriver(driver.HostDriver):
         self._node_devices = facts.NodeDeviceCache()
         self._domain_cache = domains.DomainCache()
         self._domain_reading = facts.DomainReading(**kw)
+        self._capabilities_reading = facts.CapabilitiesReading(**kw)
         # (input, result) of the last reading's derivations that are O(N) or
         # parse XML: a steady reading has the same inputs and reuses them.
         self._overcommit = (None, 0)
@@ -166,6 +167,7 @@ class LibvirtDriver(driver.HostDriver):
                 cpu_stats=self._cpu_metrics,
                 node_device_cache=self._node_devices,
                 domain_reading=self._domain_reading,
+                capabilities_reading=self._capabilities_reading,
             )
         finally:
             self.last_call_count = calls.count

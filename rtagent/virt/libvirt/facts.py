@@ -5,9 +5,10 @@
 
 This is the only module that talks to libvirt for a reading; the probes turn
 what it returns into host values. With a driver that fills the requested
-stats groups (QEMU) a reading costs eight calls whatever the number of domains
-and PCI devices (nine when a domain's state changed: the states, then the full
-stats), one more with host metrics (``getCPUStats``).
+stats groups (QEMU) a steady reading costs seven calls whatever the number of
+domains and PCI devices (one more when a domain's state changed: the states,
+then the full stats; one more when the capabilities kept are 300 s old), one
+more with host metrics (``getCPUStats``).
 """
 
 import collections
@@ -160,6 +161,35 @@ class DomainReading:
         self._last = (epoch, uuids, names, states, records, self._clock())
 
 
+class CapabilitiesReading:
+    """The host's capabilities XML, kept across the readings of one
+    connection and read again once :data:`FULL_READ_MAX_AGE_S` old.
+
+    libvirtd formats the whole document on every ``getCapabilities`` (1.1 ms
+    of its CPU here, the dearest of a steady reading's calls), for facts
+    that change with the hardware or the huge pages set aside: NUMA cells,
+    their memory and page sizes, the CPU topology. CPUs going on- or
+    offline are read at every audit (``getCPUMap``).
+
+    :param clock: monotonic seconds (injected by tests).
+    """
+
+    def __init__(self, max_age_s=FULL_READ_MAX_AGE_S, clock=time.monotonic):
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._kept = None
+
+    def get(self, opens):
+        """The XML kept from connection ``opens``, if young enough; else None."""
+        kept = self._kept
+        if kept is not None and kept[0] == opens and self._clock() - kept[2] < self.max_age_s:
+            return kept[1]
+        return None
+
+    def keep(self, opens, caps):
+        self._kept = (opens, caps, self._clock())
+
+
 class NodeDeviceCache:
     """Node-device XML kept across readings: name -> ``XMLDesc(0)``.
 
@@ -217,6 +247,7 @@ def gather(
     cpu_stats=False,
     node_device_cache=None,
     domain_reading=None,
+    capabilities_reading=None,
 ):
     """Read the host's raw facts through ``calls``.
 
@@ -237,6 +268,9 @@ def gather(
     :param domain_reading: a :class:`DomainReading` kept by the caller (who
         calls its ``forget`` on every domain event): a steady reading
         returns the last records. None: every domain is read again.
+    :param capabilities_reading: a :class:`CapabilitiesReading` kept by the
+        caller: the capabilities are read once per connection and
+        :data:`FULL_READ_MAX_AGE_S`. None: at every reading.
     :returns: a :class:`HostFacts`.
     :raises rtagent.virt.errors.HypervisorUnavailable: the connection failed.
     :raises rtagent.virt.errors.HostReadError: a fact could not be read.
@@ -247,7 +281,11 @@ def gather(
     hv_type = calls("hypervisor type", conn.getType)
     version = calls("hypervisor version", conn.getVersion)
     hostname = calls("hypervisor hostname", conn.getHostname)
-    caps = calls("capabilities", conn.getCapabilities, tolerate=connection.UNSUPPORTED)
+    caps = capabilities_reading.get(calls.opens) if capabilities_reading is not None else None
+    if caps is None:
+        caps = calls("capabilities", conn.getCapabilities, tolerate=connection.UNSUPPORTED)
+        if caps is not None and capabilities_reading is not None:
+            capabilities_reading.keep(calls.opens, caps)
     if static is None or static.opens != calls.opens:
         static = _static(calls, conn, caps)
         for cache in (info_cache, hostdev_cache, node_device_cache, domain_reading):

@@ -12,7 +12,7 @@ import pytest
 
 from rtagent.virt import errors
 from rtagent.virt.libvirt import facts
-from tests.unit.virt.test_libvirt_driver_unit import READING, FakeConn, lv_error, make_driver
+from tests.unit.virt.test_libvirt_driver_unit import STEADY, FakeConn, lv_error, make_driver
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "libvirt"
 VIRTIO_NET = (FIXTURES / "nodedev-virtio-net-1af4-1041.xml").read_text()
@@ -79,7 +79,7 @@ def test_no_node_device_driver_means_no_pci_devices_not_a_failed_audit():
     assert driver.read_host().pci_devices == ()
     assert driver.read_host().pci_devices == ()
     # Still one call a reading (and the isAlive that classified the error).
-    assert driver.last_call_count == READING + 1
+    assert driver.last_call_count == STEADY + 1
     assert conn.calls.count("listAllDevices") == 2
 
 
