@@ -10,14 +10,18 @@ providers, ``{}`` when nothing does), never ``DELETE``: a concurrent writer
 makes our write fail instead of being undone by it.
 
 A released consumer is healed only after it has been seen *twice* with the
-same consumer generation, on two passes. Nova once deleted the allocations
-of instances still being built: a scheduler that places an instance back
-on this node writes its allocation (moving the generation) before the
-claim reaches the tracker. Between two passes the claim arrives (the
-instance stops being released) or the generation moves (we look again);
-either way the new allocation survives. A consumer left pending is looked
-at again by the next sync (the prompt one a change schedules, or the
-audit's). An instance released as deleted (``update_instance`` with
+same consumer generation, on two passes, the second a periodic audit's.
+Nova once deleted the allocations of instances still being built: a
+scheduler that places an instance back on this node writes its allocation
+(moving the generation) before the claim reaches the tracker. Between two
+passes the claim arrives (the instance stops being released) or the
+generation moves (we look again); either way the new allocation survives.
+A prompt sync may find a consumer, never heal it: prompt syncs come a
+fraction of a second apart, and nova moves a reverted resize's
+allocations back itself, on the source, a moment after the destination's
+``revert_move`` released the instance here (two prompt syncs 0.2 s apart
+once healed the instance's consumer first, and nova's move then failed on
+its generation). An instance released as deleted (``update_instance`` with
 ``vm_state`` ``deleted``: ``snapshot.deleted``) is healed at the first
 look: a deleted instance is never placed again, so there is no claim to
 wait for. The write still carries the generation read, so a writer in
@@ -96,7 +100,7 @@ class AllocationHealer:
         self._clock = clock
         self._seen = {}
 
-    def heal(self, released, providers, still_released=None, at_once=frozenset()):
+    def heal(self, released, providers, still_released=None, at_once=frozenset(), confirm=True):
         """One pass over ``released`` consumers, within the budget.
 
         Costs nothing when ``released`` is empty; otherwise one GET per
@@ -111,6 +115,8 @@ class AllocationHealer:
             write (the tracker may have taken the instance back meanwhile).
         :param at_once: those of ``released`` to heal at the first look
             (deleted for good).
+        :param confirm: whether this pass may heal a consumer seen before
+            (False at a prompt sync: it only finds them).
         :raises PlacementUnavailable: stop here; the next pass re-reads.
         """
         providers = frozenset(providers)
@@ -132,7 +138,9 @@ class AllocationHealer:
                 self._seen.pop(consumer, None)
                 continue
             generation = body["consumer_generation"]
-            if consumer not in at_once and self._seen.get(consumer, _UNSEEN) != generation:
+            if consumer not in at_once and (
+                self._seen.get(consumer, _UNSEEN) != generation or not confirm
+            ):
                 self._seen[consumer] = generation
                 pending.add(consumer)
                 continue
@@ -245,6 +253,7 @@ class HealPass:
             [p.uuid for p in node.tree],
             still_released=lambda consumer: consumer in tracker.snapshot().healable,
             at_once=snapshot.deleted,
+            confirm=node.audit,
         )
         if result.healed:
             tracker.forget_released(result.healed)

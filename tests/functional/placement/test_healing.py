@@ -180,7 +180,8 @@ def test_an_instance_released_as_deleted_is_healed_at_the_first_look(node, opera
 
 def test_the_first_sync_after_a_delete_heals_it_and_an_abort_waits(node, operator):
     """Through the agent's own passes: a delete is healed by the next sync;
-    an abort (a build that may be placed back here) by the one after."""
+    an abort (a build that may be placed back here) by the audit after it,
+    not by a second prompt sync."""
     root = node.tracker.node_uuid
     deleted, aborted = str(uuid.uuid4()), str(uuid.uuid4())
     for inst in (deleted, aborted):
@@ -192,6 +193,8 @@ def test_the_first_sync_after_a_delete_heals_it_and_an_abort_waits(node, operato
     assert allocations_of(operator, deleted) == {}
     assert allocations_of(operator, aborted) == {root: RES}
     node.sync_changed({root})
+    assert allocations_of(operator, aborted) == {root: RES}
+    node.audit()
     assert allocations_of(operator, aborted) == {}
 
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from rtagent.tracker.model import Flavor
-from tests.functional.placement.conftest import put_allocation
+from tests.functional.placement.conftest import allocations_of, put_allocation
 
 pytestmark = pytest.mark.functional
 
@@ -95,3 +95,23 @@ def test_a_leak_is_reported_by_the_audit_a_refresh_interval_later(
     agent.audit()  # an audit a refresh interval later: reported
     assert agent.sync_status()[node]["unknown_consumers"] == [leak]
     assert len(warnings_about(caplog, leak)) == 1
+
+
+def test_prompt_syncs_never_heal_a_released_consumer(make_agent, make_conf, operator):
+    # A released consumer's allocation is healed at an audit only: two
+    # prompt syncs 0.2 s apart once healed an instance nova was moving
+    # back to its source (a reverted resize), and nova's move then failed
+    # on the consumer's generation (test_cloud's resize revert, in CI).
+    agent = make_agent(make_conf(rtagent__placement_refresh_interval=0))
+    node = agent.audit().snapshot.node_uuid
+    leaving = str(uuid.uuid4())
+    put_allocation(operator, leaving, {node: RES})
+    agent.tracker.instance_claim(leaving, TINY)
+    agent.tracker.abort_instance_claim(leaving)  # released, not deleted
+    for _ in range(2):
+        another_claim(agent)
+        agent.sync_changed()
+        time.sleep(0.2)
+    assert allocations_of(operator, leaving) == {node: RES}
+    agent.audit()
+    assert allocations_of(operator, leaving) == {}
