@@ -5,9 +5,9 @@ conductor and scheduler would, and says what it did.
         --placement http://127.0.0.1:PORT
 
 The scenario: allocate two instances in Placement (the scheduler's part)
-and claim them on the agent; try a claim that does not fit; resize one on
-the same node (start, finish, confirm; the scheduler moves its allocation);
-delete the other (the agent heals its allocation in Placement by itself).
+and claim them on the agent; try a claim that does not fit; delete one (the
+agent heals its allocation in Placement by itself); resize the other on the
+same node (start, finish, confirm; the scheduler moves its allocation).
 Used by the demo (``make demo``); needs a running agent and broker.
 """
 
@@ -22,7 +22,7 @@ from rtagent.rpc.client import AgentClient
 from rtagent.testing.placement_server import admin_adapter
 
 WEB = {"vcpus": 2, "memory_mb": 4096, "root_gb": 20}
-WEB_LARGE = {"vcpus": 3, "memory_mb": 6144, "root_gb": 20}
+WEB_LARGE = {"vcpus": 2, "memory_mb": 6144, "root_gb": 30}
 DB = {"vcpus": 1, "memory_mb": 8192, "root_gb": 40}
 TOO_BIG = {"vcpus": 2, "memory_mb": 30000, "root_gb": 10}
 
@@ -94,6 +94,12 @@ def run_scenario(conductor, say=print):
     except RefusedError as exc:
         say(f"conductor: claim big refused: {exc}")
 
+    conductor.call("update_instance", instance_uuid=claimed["db"], vm_state="deleted")
+    say("conductor: deleted db; its allocation is left for the agent to heal")
+
+    # A same-node resize holds both flavors until it is confirmed, as
+    # Placement and nova count it: web's new flavor fits beside its old one
+    # once db is gone.
     migration = str(uuid.uuid4())
     node = conductor.node
     conductor.call(
@@ -110,9 +116,6 @@ def run_scenario(conductor, say=print):
     conductor.allocate(claimed["web"], WEB_LARGE)
     conductor.call("confirm_move", migration_uuid=migration)
     say(f"conductor: resized web to {WEB_LARGE} on the same node (start, finish, confirm)")
-
-    conductor.call("update_instance", instance_uuid=claimed["db"], vm_state="deleted")
-    say("conductor: deleted db; its allocation is left for the agent to heal")
     return claimed
 
 
