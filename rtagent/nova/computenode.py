@@ -112,6 +112,35 @@ def size_mismatch(resources, view, slack):
     return tuple(found)
 
 
+class SizeWarnings:
+    """Warns, once per change, when nova's virt driver and the agent
+    disagree on a host's sizes: os-hypervisors shows the driver's,
+    Placement and the scheduler's filters the agent's (a daemon reading
+    another host than nova's driver, or nova's fake driver)."""
+
+    def __init__(self):
+        self._last = {}  # node UUID -> the mismatch last warned of
+
+    def check(self, nodename, resources, view, slack):
+        """Compare the driver's ``resources`` with the agent's ``view``
+        (see :func:`size_mismatch`) and warn of a change."""
+        mismatch = size_mismatch(resources, view, slack)
+        if mismatch == self._last.get(resources["uuid"], ()):
+            return
+        self._last[resources["uuid"]] = mismatch
+        if mismatch:
+            LOG.warning(
+                "Node %s: nova's virt driver and the rtagent agent report different sizes "
+                "(driver/agent): %s; nova's ComputeNode record (os-hypervisors) shows the "
+                "driver's, Placement and the scheduler the agent's. Run nova-compute with "
+                "the virt driver of the host the agent reads (docs/nova.md)",
+                nodename,
+                ", ".join(mismatch),
+            )
+        else:
+            LOG.info("Node %s: nova's virt driver and the agent agree on sizes again", nodename)
+
+
 def apply_view(cn, view, driver_numa=None, driver_stats=None, rewrite=False):
     """Put the agent's accounting (usage, stats, effective ratios, NUMA
     cells) and host metrics on ``cn``.

@@ -3,31 +3,27 @@
 # of the License at http://www.apache.org/licenses/LICENSE-2.0
 """The ResourceTracker nova's ComputeManager calls, over the rtagent agent.
 
-Every claim, move step and usage change goes to the agent as the RPC API's
-request (:mod:`.link`); this class keeps no usage of its own. What it still
-does is what nova's other services read from nova's database: the instance's
-host, node and migration context, the migration's destination and status,
-and the ComputeNode record (:mod:`.computenode`), written from the agent's
-compute-node view after each change.
+A facade with nova's method names and signatures (so that code patching
+``nova.compute.resource_tracker.ResourceTracker.<method>`` patches these),
+each made of the same few steps: mark the instance in flight
+(:mod:`.inflight`), call the agent (the RPC API's request, :mod:`.link`),
+write nova's rows (:mod:`.records`, the one object that takes nova's
+``compute_resources`` lock and has no way to the agent), and save the
+agent's compute-node view on the ComputeNode record. It keeps no usage of
+its own: a claim is the agent's, and its reply carries the node's view, so
+a claim costs one round trip.
 
 The agent owns the node's provider tree in Placement (inventories, traits,
 the disabled trait from the service's state); nova's report client keeps
 only what ComputeManager asks of it directly (allocations of moves, deletes).
-
-Method names and signatures are nova's, so that code patching
-``nova.compute.resource_tracker.ResourceTracker.<method>`` patches these.
 """
 
-import collections
-import contextlib
 import dataclasses
 import logging
-import threading
 
-from nova import exception, objects, utils
-from nova.compute import stats as compute_stats
-from nova.compute import task_states, vm_states
+from nova import exception, objects
 from nova.compute import utils as compute_utils
+from nova.compute import vm_states
 from oslo_utils import excutils
 
 from rtagent.exception import RtagentError
@@ -38,15 +34,16 @@ from rtagent.nova import (
     migrations,
     numa,
     pcicalls,
-    pcirows,
     reconcile,
     tickets,
 )
+from rtagent.nova.inflight import InFlight
 from rtagent.nova.link import AgentRefused, AgentUnreachable
+from rtagent.nova.records import COMPUTE_RESOURCE_SEMAPHORE, NovaRecords
 
 LOG = logging.getLogger(__name__)
 
-COMPUTE_RESOURCE_SEMAPHORE = "compute_resources"
+__all__ = ["COMPUTE_RESOURCE_SEMAPHORE", "RtagentResourceTracker", "tracker_class"]
 # Codes that mean "this node cannot take it": nova's ComputeResourcesUnavailable,
 # on which nova reschedules a build and fails a move cleanly. Any other code
 # (a request the agent finds malformed, an internal error) stays AgentRefused,
@@ -68,7 +65,12 @@ _REFUSED = frozenset(
 class RtagentResourceTracker:
     """nova's ResourceTracker interface; accounting by the agent behind
     ``self.link`` (made by :meth:`make_link`, set by whoever installs this
-    class: :func:`tracker_class`).
+    class: :func:`tracker_class`), nova's rows by ``self.records``.
+
+    Each method reads as its steps: mark the instance in flight, call the
+    agent, write the rows (``records``, under nova's lock), save the
+    compute-node view. Only ``records`` takes nova's lock, and it cannot
+    reach the agent.
     """
 
     make_link = None  # callable(host, driver, reportclient) -> link
@@ -80,36 +82,17 @@ class RtagentResourceTracker:
         self.driver = driver
         self.reportclient = reportclient
         self.service_ref = None
-        self.compute_nodes = {}
-        # nova's per-node stats objects: what the virt driver's reading
-        # says (ironic's node properties, which nova's
-        # ComputeCapabilitiesFilter reads); the ComputeNode record gets
-        # these with the agent's stats over them.
-        self.stats = collections.defaultdict(compute_stats.Stats)
+        self.records = NovaRecords(host)
+        # The attributes nova's ComputeManager reads (the records' own).
+        self.compute_nodes = self.records.compute_nodes
+        self.stats = self.records.stats
         # The agent reads host metrics (its own [DEFAULT] compute_monitors).
         self.monitors = []
         _warn_if_monitors_configured()
         self.provider_tree = None
-        # nodename -> NovaPciRows: nova's PciDevice rows, kept to the
-        # devices the agent chooses.
-        self._pci_rows = {}
         self._link = None
-        # nodename -> the virt driver's numa_topology at the last audit.
-        self._driver_numa = {}
-        # node UUIDs whose last compute-node view had no NUMA cells.
-        self._without_cells = set()
-        # node UUID -> the size mismatch last warned of (see _check_sizes).
-        self._sizes_warned = {}
-        # node UUID -> the ticket of the last compute-node view fetched, and
-        # of the last one saved (see _refresh_node).
-        self._view_tickets = collections.Counter()
-        self._views_saved = collections.Counter()
-        # Instance UUIDs whose claim or move claim is under way: the agent
-        # may hold it before nova's rows say where the instance is, so the
-        # periodic (which runs outside nova's lock) must not take it for
-        # an instance that left (see _in_flight).
-        self._claiming = collections.Counter()
-        self._claiming_mutex = threading.Lock()
+        self._in_flight = InFlight()
+        self._sizes = computenode.SizeWarnings()
 
     @property
     def link(self):
@@ -141,56 +124,19 @@ class RtagentResourceTracker:
     @property
     def pci_tracker(self):
         """nova's PciDevTracker of the rows (ComputeManager reads it for
-        an SR-IOV port's device); nova tracks PCI devices on single-node
-        hosts only, so the first node's."""
-        rows = next(iter(self._pci_rows.values()), None)
-        return rows.tracker if rows is not None else None
+        an SR-IOV port's device)."""
+        return self.records.pci_tracker
 
     def remove_node(self, nodename):
-        self._pci_rows.pop(nodename, None)
-        self.stats.pop(nodename, None)
-        self._driver_numa.pop(nodename, None)
-        self.compute_nodes.pop(nodename, None)
+        self.records.remove_node(nodename)
 
-    @contextlib.contextmanager
-    def _in_flight(self, instance_uuid):
-        """Mark a claim of ``instance_uuid`` (or its release) under way,
-        from before the call to the agent until nova's rows record it
-        (instance host and node, migration context). The periodic reads
-        nova's rows, then the agent's claims; it releases a claim the rows
-        do not explain, or claims an instance the agent does not hold, only
-        if no change of it is under way. Since the mark is set before the
-        agent changes and cleared only after the rows are saved, every
-        claim the periodic sees is either marked or in the rows it reads
-        next (docs/nova.md, "Claims and the periodic")."""
-        with self._claiming_mutex:
-            self._claiming[instance_uuid] += 1
-        try:
-            yield
-        finally:
-            with self._claiming_mutex:
-                self._claiming[instance_uuid] -= 1
-                if self._claiming[instance_uuid] <= 0:
-                    del self._claiming[instance_uuid]
-
-    def _claiming_now(self, instance_uuid):
-        with self._claiming_mutex:
-            return instance_uuid in self._claiming
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def clean_compute_node_cache(self, compute_nodes_in_db):
-        keep = {cn.hypervisor_hostname for cn in compute_nodes_in_db}
-        for nodename in set(self.compute_nodes) - keep:
-            self.remove_node(nodename)
+        self.records.keep_nodes(compute_nodes_in_db)
 
     def update_available_resource(self, context, nodename, startup=False):
         """Audit the node (the agent reads the host and syncs Placement),
         reconcile the agent's claims with the instances and moves nova's
-        database has on the node, and write the ComputeNode record.
-
-        Placement is synced outside the tracker lock (network I/O never
-        runs under it).
-        """
+        database has on the node, and write the ComputeNode record."""
         reading = self.driver.get_available_resource(nodename)
         if not reading:
             LOG.warning("Virt driver does not report node %s", nodename)
@@ -205,7 +151,8 @@ class RtagentResourceTracker:
             resources["uuid"] = virt_node.get_local_node_uuid()
         # The record first: virt drivers look it up while they describe
         # their provider tree (nova's libvirt driver does).
-        self._record_node(context, nodename, resources)
+        service_id = self.service_ref.id if self.service_ref else None
+        self.records.record_node(context, nodename, resources, service_id, _initial_ratios())
         self._sync_disabled(context, resources["uuid"])
         refused = None
         try:
@@ -231,54 +178,13 @@ class RtagentResourceTracker:
         if refused is not None and not self.link.resync(resources["uuid"]):
             raise exception.ResourceProviderSyncFailed() from refused
         if view is not None:
-            self._check_sizes(nodename, resources, view)
-            # Once per periodic audit, as nova's tracker (outside its lock).
+            self._sizes.check(nodename, resources, view, _reserved())
+            # Once per periodic audit, as nova's tracker.
             metrics.notify_update(context, self.host, _my_ip(), nodename, view.get("metrics"))
 
-    def _check_sizes(self, nodename, resources, view):
-        """Warn, once per change, when nova's virt driver and the agent
-        disagree on the host's sizes: os-hypervisors shows the driver's,
-        Placement and the scheduler's filters the agent's (a daemon reading
-        another host than nova's driver, or nova's fake driver)."""
-        mismatch = computenode.size_mismatch(resources, view, _reserved())
-        if mismatch == self._sizes_warned.get(resources["uuid"], ()):
-            return
-        self._sizes_warned[resources["uuid"]] = mismatch
-        if mismatch:
-            LOG.warning(
-                "Node %s: nova's virt driver and the rtagent agent report different sizes "
-                "(driver/agent): %s; nova's ComputeNode record (os-hypervisors) shows the "
-                "driver's, Placement and the scheduler the agent's. Run nova-compute with "
-                "the virt driver of the host the agent reads (docs/nova.md)",
-                nodename,
-                ", ".join(mismatch),
-            )
-        else:
-            LOG.info("Node %s: nova's virt driver and the agent agree on sizes again", nodename)
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _record_node(self, context, nodename, resources):
-        self._driver_numa[nodename] = resources.get("numa_topology")
-        cn = self.compute_nodes.get(nodename)
-        if cn is None:
-            service_id = self.service_ref.id if self.service_ref else None
-            cn, _created = computenode.find_or_create(
-                context, self.host, service_id, resources, _initial_ratios()
-            )
-            self.compute_nodes[nodename] = cn
-        else:
-            computenode.copy_driver_facts(cn, resources)
-        rows = self._pci_rows.get(nodename)
-        if rows is None:
-            rows = self._pci_rows[nodename] = pcirows.NovaPciRows(context, cn)
-        rows.update_devices(resources)
-        rows.save(context)
-
     def _update_node(self, context, nodename):
-        """The periodic's reconciliation and ComputeNode write. The agent's
-        calls run outside nova's lock (a build waits for nothing but the
-        row writes, which take it); the ordering with claims under way is
-        :meth:`_in_flight`'s."""
+        """The periodic's reconciliation and ComputeNode write; the
+        ordering with claims under way is :class:`.InFlight`'s."""
         cn = self.compute_nodes.get(nodename)
         if cn is None or self.disabled(nodename):
             return
@@ -297,9 +203,11 @@ class RtagentResourceTracker:
                 reconcile.NodeRecords(self.host, cn, instances, moving),
                 adopt=self._adopt,
                 depart=self._depart,
-                claiming=self._claiming_now,
+                claiming=self._in_flight.__contains__,
             )
-            self._reconcile_pci(context, cn)
+            if self.records.has_pci_rows(nodename):
+                # Without rows (most hosts), nova's lock is not taken at all.
+                self.records.reconcile_pci(context, cn)
             return self._refresh_node(cn, rewrite=True)
         except AgentRefused as exc:
             if exc.code != "tracker.node_not_found":
@@ -314,46 +222,6 @@ class RtagentResourceTracker:
                 nodename,
                 self.host,
             )
-
-    def _reconcile_pci(self, context, cn):
-        rows = self._pci_rows.get(cn.hypervisor_hostname)
-        if rows is not None and not rows.empty:
-            # Without rows (most hosts), nova's lock is not taken at all.
-            self._reconcile_pci_locked(context, cn)
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _reconcile_pci_locked(self, context, cn):
-        """nova's rows of instances no longer on the node (and in no move
-        through it) are freed, as nova's ``clean_usage`` (the agent
-        released their claims in :func:`reconcile.reconcile`); those of
-        instances on it are allocated.
-
-        Under nova's lock, reads included: which rows to free is decided on
-        the instances and the migrations read together, with no move step
-        (which changes them under this lock) in between. Read apart, a move
-        that ends between the two reads leaves its instance in neither, and
-        its devices are freed (nova bug 1896463, which nova's
-        ``regressions.test_bug_1896463`` forces). Only nodes with PCI rows
-        pay the two queries here."""
-        rows = self._pci_rows.get(cn.hypervisor_hostname)
-        if rows is None:
-            return  # the node was dropped meanwhile
-        nodename = cn.hypervisor_hostname
-        instances = objects.InstanceList.get_by_host_and_node(
-            context, self.host, nodename, expected_attrs=[]
-        )
-        moving = objects.MigrationList.get_in_progress_and_error(context, self.host, nodename)
-        kept = [
-            i
-            for i in instances
-            if not vm_states.allow_resource_removal(vm_state=i.vm_state, task_state=i.task_state)
-        ]
-        rows.clean(kept, moving)
-        for instance in kept:
-            # Claimed rows of an instance that is here now (a move landed)
-            # become allocated, as at nova's own periodic.
-            rows.allocate(instance)
-        rows.save(context)
 
     def _sync_disabled(self, context, node_uuid):
         """The agent shows a disabled service as COMPUTE_STATUS_DISABLED."""
@@ -381,7 +249,7 @@ class RtagentResourceTracker:
         self._set_disabled(node_uuid, service)
         # nova's API call waits for this one: the trait is in Placement when
         # it returns (at once in process; the daemon's prompt sync within a
-        # second over RPC). Outside nova's compute_resources lock.
+        # second over RPC).
         self.link.publish(node_uuid)
 
     def _set_disabled(self, node_uuid, service):
@@ -397,74 +265,50 @@ class RtagentResourceTracker:
             # A node the agent has not audited yet: the audit creates it,
             # and the next update sets its state.
 
-    def _refresh_node(self, cn, rewrite=False):
-        """The ComputeNode record from the agent's view, fetched outside
-        nova's lock and saved under it. Views are saved in the order their
-        fetches started: one that a later fetch's view was saved before is
-        dropped, so the record never goes back to an older view.
+    def _refresh_node(self, cn, rewrite=False, reply=None, ticket=None):
+        """The ComputeNode record from the agent's view of ``cn``: the one
+        ``reply`` (to a claim, asked for with ``ticket``) carries, else one
+        asked for now (an agent older than RPC 1.9, a step whose reply
+        carries none).
 
         :param rewrite: write every field of the view, changed or not (the
             periodic: see :func:`computenode.apply_view`).
+        :returns: the view.
         """
-        ticket = self._view_ticket(cn)
-        view = self.link.call("get_compute_node", node_uuid=cn.uuid)
-        self._save_view_locked(cn, view, ticket, rewrite)
+        view = (reply or {}).get("compute_node")
+        if view is None:
+            ticket = self.records.view_ticket(cn)
+            view = self.link.call("get_compute_node", node_uuid=cn.uuid)
+        self.records.save_view(cn, view, ticket, rewrite)
         return view
-
-    def _view_ticket(self, cn):
-        with self._claiming_mutex:
-            self._view_tickets[cn.uuid] += 1
-            return self._view_tickets[cn.uuid]
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _save_view_locked(self, cn, view, ticket, rewrite=False):
-        self._save_view(cn, view, ticket, rewrite)
-
-    def _save_view(self, cn, view, ticket, rewrite=False):
-        if ticket <= self._views_saved[cn.uuid]:
-            return
-        self._views_saved[cn.uuid] = ticket
-        if view.get("numa_topology"):
-            self._without_cells.discard(cn.uuid)
-        else:
-            self._without_cells.add(cn.uuid)
-        nodename = cn.hypervisor_hostname
-        computenode.apply_view(
-            cn,
-            view,
-            self._driver_numa.get(nodename),
-            driver_stats=self.stats.get(nodename),
-            rewrite=rewrite,
-        )
-        computenode.save_if_changed(cn)
 
     # -- instance claims ---------------------------------------------------
 
     def instance_claim(self, context, instance, nodename, allocations, limits=None):
-        """The agent claims (it serialises claims under its own lock); nova's
-        lock is taken only for nova's rows, never across a call to the
-        agent, so one build does not wait for another's round trip
-        (docs/nova.md, "Claims and the periodic")."""
+        """The agent claims (it serialises claims under its own lock) and
+        answers with the node's view; nova's lock is taken only for nova's
+        rows, never across a call to the agent, so one build does not wait
+        for another's round trip (docs/nova.md, "Claims and the periodic")."""
         if self.disabled(nodename):
             raise exception.ComputeResourcesUnavailable(
                 reason=f"Attempt to claim resources for instance {instance.uuid} "
                 f"on unknown node {nodename} failed"
             )
         cn = self.compute_nodes[nodename]
-        with self._in_flight(instance.uuid):
+        with self._in_flight.mark(instance.uuid):
+            # Before the call: the view its reply carries is of a state at
+            # least as new as any asked for before (NovaRecords.save_view).
+            ticket = self.records.view_ticket(cn)
+            placed = self._refused_as_unavailable(
+                instance.pci_requests, self._claim, context, instance, cn, limits
+            )
             try:
-                placed = self._claim(context, instance, cn, limits)
-            except AgentRefused as exc:
-                if exc.code not in _REFUSED:
-                    raise
-                raise _unavailable(exc, with_pci=_asks_devices(instance.pci_requests)) from exc
-            try:
-                self._record_claim(context, instance, cn, placed)
+                self.records.record_claim(context, instance, cn, placed)
             except Exception:
                 # nova's rows do not place the instance here: the claim goes.
                 with excutils.save_and_reraise_exception():
                     reconcile.release(self.link, cn, instance.uuid)
-        self._refresh_node(cn)
+        self._refresh_node(cn, reply=placed, ticket=ticket)
         # nova's tracker asks its virt driver for the node's provider tree at
         # each claim, so a host change since the last periodic (a disk grown)
         # is in Placement before this instance can move. The embedded agent
@@ -474,68 +318,15 @@ class RtagentResourceTracker:
         self.link.reread(nodename)
         return tickets.Claim(context, instance, nodename, self)
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _record_claim(self, context, instance, cn, placed):
-        """nova's rows of a claim the agent made: the instance on the node,
-        with the cells and pinning the agent chose (the virt driver builds
-        the guest from them, as from nova's own claim), and its devices."""
-        instance.numa_topology = self._placed_topology(
-            cn, instance.flavor, instance.image_meta, placed
-        )
-        instance.host = self.host
-        instance.launched_on = self.host
-        instance.node = cn.hypervisor_hostname
-        instance.compute_id = cn.id
-        instance.save()
-        self._take_pci_rows(context, instance, cn.hypervisor_hostname, placed)
-
-    def _take_pci_rows(self, context, instance, nodename, placed):
-        """nova's rows of the devices the agent gave the instance become
-        allocated to it (what the libvirt driver attaches)."""
-        rows = self._pci_rows.get(nodename)
-        chosen = (placed or {}).get("pci_devices")
-        if rows is None or not chosen:
-            return
-        rows.claim(instance.uuid, chosen)
-        rows.allocate(instance)
-        rows.save(context)
-
-    def _claim_pci_rows(self, context, instance, nodename, placed):
-        """nova's rows of the devices the agent chose at a move's
-        destination, claimed; :returns: those rows."""
-        rows = self._pci_rows.get(nodename)
-        chosen = (placed or {}).get("pci_devices")
-        if rows is None or not chosen:
-            return []
-        claimed = rows.claim(instance.uuid, chosen)
-        rows.save(context)
-        return claimed
-
-    def _allocate_pci_rows(self, context, instance, nodename):
-        """The instance's claimed rows on ``nodename`` allocated to it."""
-        rows = self._pci_rows.get(nodename)
-        if rows is not None:
-            rows.allocate(instance)
-            rows.save(context)
-
-    def _free_moved_rows(self, context, instance, nodename, prefix):
-        """Free the rows of the move's ``old_`` or ``new_`` devices."""
-        rows = self._pci_rows.get(nodename)
-        mc = instance.migration_context  # loaded if not yet: it may be None
-        if rows is None or mc is None:
-            return
-        rows.free_devices(getattr(mc, f"{prefix}pci_devices", None), instance)
-        rows.save(context)
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _free_pci_rows_locked(self, context, instance, nodename):
-        self._free_pci_rows(context, instance, nodename)
-
-    def _free_pci_rows(self, context, instance, nodename):
-        rows = self._pci_rows.get(nodename)
-        if rows is not None:
-            rows.free(context, instance)
-            rows.save(context)
+    def _refused_as_unavailable(self, asked, call, *args):
+        """``call(*args)``, with the agent's refusal of a claim raised as
+        nova's ComputeResourcesUnavailable (see _REFUSED)."""
+        try:
+            return call(*args)
+        except AgentRefused as exc:
+            if exc.code not in _REFUSED:
+                raise
+            raise _unavailable(exc, with_pci=_asks_devices(asked)) from exc
 
     def _claim(self, context, instance, cn, limits, flavor=None, running=(), devices=None):
         """The agent's claim of ``instance`` on ``cn`` (with ``flavor``,
@@ -607,41 +398,24 @@ class RtagentResourceTracker:
         node without NUMA cells, where nova's own claim does not check a
         guest's NUMA request either (nova's fake drivers; the default
         flavors of nova's tests ask for ``hw:numa_nodes=1``)."""
-        if cn.uuid in self._without_cells:
+        if not self.records.has_cells(cn):
             return {}
         return {
             "extra_specs": numa.extra_specs(flavor),
             "image_properties": numa.image_properties(image_meta),
         }
 
-    def _placed_topology(self, cn, flavor, image_meta, reply):
-        """The instance NUMA topology of the agent's ``reply`` to a claim
-        or move on ``cn``: None on a node without NUMA cells, as nova's own
-        claim leaves it there."""
-        if cn.uuid in self._without_cells:
-            return None
-        return numa.instance_topology(flavor, image_meta, (reply or {}).get("numa"))
-
     def abort_instance_claim(self, context, instance, nodename):
         cn = self.compute_nodes.get(nodename)
-        with self._in_flight(instance.uuid):
+        with self._in_flight.mark(instance.uuid):
             try:
                 # nova's rows first: see drop_move_claim.
-                self._unrecord_claim(context, instance, nodename)
+                self.records.unrecord_claim(context, instance, nodename)
             finally:
                 if cn is not None:
                     reconcile.release(self.link, cn, instance.uuid)
         if cn is not None:
             self._refresh_node(cn)
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _unrecord_claim(self, context, instance, nodename):
-        self._free_pci_rows(context, instance, nodename)
-        instance.clear_numa_topology()
-        instance.host = None
-        instance.node = None
-        instance.compute_id = None
-        instance.save()
 
     def update_usage(self, context, instance, nodename):
         """Tell the agent of ``instance``'s new states.
@@ -683,7 +457,7 @@ class RtagentResourceTracker:
         if vm_states.allow_resource_removal(
             vm_state=instance.vm_state, task_state=instance.task_state
         ):
-            self._free_pci_rows_locked(context, instance, nodename)
+            self.records.free_pci(context, instance, nodename)
         if answered:
             self._refresh_node(cn)
 
@@ -741,11 +515,7 @@ class RtagentResourceTracker:
             limits=limits,
         )
 
-    def _move_claim(self, context, instance, *args, **kwargs):
-        with self._in_flight(instance.uuid):
-            return self._start_move(context, instance, *args, **kwargs)
-
-    def _start_move(
+    def _move_claim(
         self,
         context,
         instance,
@@ -756,9 +526,9 @@ class RtagentResourceTracker:
         image_meta=None,
         limits=None,
     ):
-        """A move's claim at this destination: the migration row (under
-        nova's lock), the agent's ``start_move`` (outside it), then the
-        instance's migration context and device rows (under it)."""
+        """A move's claim at this destination: the migration row, the
+        agent's ``start_move``, then the instance's migration context and
+        device rows."""
         image_meta = image_meta or {}
         if self.disabled(nodename):
             raise exception.ComputeResourcesUnavailable(
@@ -766,51 +536,52 @@ class RtagentResourceTracker:
                 f"on unknown node {nodename} failed"
             )
         cn = self.compute_nodes[nodename]
-        migration = self._destination_locked(
-            context, instance, new_flavor, cn, migration, move_type
-        )
         move_image = image_meta or instance.image_meta
         new_requests = migrations.new_pci_requests(instance, new_flavor)
-        # A live migration keeps the instance's requests and their ids:
-        # ComputeManager claims the devices for them (claim_pci_devices).
-        asked = instance.pci_requests if migration.is_live_migration else new_requests
-        try:
-            placed = self.link.call(
-                "start_move",
-                node_uuid=cn.uuid,
-                migration_uuid=migration.uuid,
-                instance_uuid=instance.uuid,
-                migration_type=arguments.move_type(migration),
-                source_node=migrations.source_node_uuid(context, migration),
-                dest_node=cn.uuid,
-                old_flavor=arguments.flavor(instance.flavor),
-                new_flavor=arguments.flavor(new_flavor),
-                volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
-                limits=arguments.limits(limits),
-                project_id=arguments.project_id(instance),
-                **arguments.states(instance),
-                **self._numa_request(cn, new_flavor, move_image),
-                **arguments.pci_args(arguments.pci_requests(asked)),
+        host_ip = self.driver.get_host_ip_addr()
+        with self._in_flight.mark(instance.uuid):
+            migration = self.records.destination(
+                context, instance, new_flavor, cn, migration, move_type=move_type, host_ip=host_ip
             )
-        except AgentRefused as exc:
-            if exc.code not in _REFUSED:
-                raise
-            raise _unavailable(exc, with_pci=_asks_devices(asked)) from exc
-        if migration.is_live_migration and _page_size_changed(instance, placed):
-            # nova's own live-migration check, after the fit: the guest's
-            # memory cannot change page size while it runs.
-            reconcile.step(self.link, "revert_move", cn, migration.uuid)
-            raise exception.ComputeResourcesUnavailable(
-                reason="Requested page size is different from current page size."
+            # A live migration keeps the instance's requests and their ids:
+            # ComputeManager claims the devices for them (claim_pci_devices).
+            asked = instance.pci_requests if migration.is_live_migration else new_requests
+            ticket = self.records.view_ticket(cn)
+            placed = self._refused_as_unavailable(
+                asked,
+                self._start_move,
+                context,
+                instance,
+                cn,
+                migration,
+                new_flavor,
+                move_image,
+                limits,
+                asked,
             )
-        new_numa = self._placed_topology(cn, new_flavor, move_image, placed)
-        try:
-            self._record_move(context, instance, cn, migration, placed, new_numa, new_requests)
-        except Exception:
-            # nova's rows do not record the move here: the agent drops it.
-            with excutils.save_and_reraise_exception():
+            if migration.is_live_migration and _page_size_changed(instance, placed):
+                # nova's own live-migration check, after the fit: the guest's
+                # memory cannot change page size while it runs.
                 reconcile.step(self.link, "revert_move", cn, migration.uuid)
-        self._refresh_node(cn)
+                raise exception.ComputeResourcesUnavailable(
+                    reason="Requested page size is different from current page size."
+                )
+            new_numa = self.records.placed_topology(cn, new_flavor, move_image, placed)
+            try:
+                self.records.record_move(
+                    context,
+                    instance,
+                    cn,
+                    migration,
+                    placed,
+                    new_numa=new_numa,
+                    new_requests=new_requests,
+                )
+            except Exception:
+                # nova's rows do not record the move here: the agent drops it.
+                with excutils.save_and_reraise_exception():
+                    reconcile.step(self.link, "revert_move", cn, migration.uuid)
+        self._refresh_node(cn, reply=placed, ticket=ticket)
         return tickets.MoveClaim(
             context,
             instance,
@@ -822,42 +593,25 @@ class RtagentResourceTracker:
             numa=new_numa,
         )
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _destination_locked(self, context, instance, new_flavor, cn, migration, move_type):
-        return migrations.destination(
-            context,
-            instance,
-            new_flavor,
-            cn,
-            migration,
-            move_type=move_type,
-            host=self.host,
-            host_ip=self.driver.get_host_ip_addr(),
+    def _start_move(self, context, instance, cn, migration, new_flavor, image, limits, asked):
+        """The agent's ``start_move`` of ``instance`` to ``cn``: its reply."""
+        return self.link.call(
+            "start_move",
+            node_uuid=cn.uuid,
+            migration_uuid=migration.uuid,
+            instance_uuid=instance.uuid,
+            migration_type=arguments.move_type(migration),
+            source_node=migrations.source_node_uuid(context, migration),
+            dest_node=cn.uuid,
+            old_flavor=arguments.flavor(instance.flavor),
+            new_flavor=arguments.flavor(new_flavor),
+            volume_backed=bool(compute_utils.is_volume_backed_instance(context, instance)),
+            limits=arguments.limits(limits),
+            project_id=arguments.project_id(instance),
+            **arguments.states(instance),
+            **self._numa_request(cn, new_flavor, image),
+            **arguments.pci_args(arguments.pci_requests(asked)),
         )
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _record_move(self, context, instance, cn, migration, placed, new_numa, new_requests):
-        nodename = cn.hypervisor_hostname
-        # A live migration's devices are claimed when ComputeManager asks
-        # (claim_pci_devices), as nova's tracker does.
-        new_devices = (
-            []
-            if migration.is_live_migration
-            else self._claim_pci_rows(context, instance, nodename, placed)
-        )
-        instance.migration_context = migrations.migration_context(
-            context,
-            instance,
-            migration,
-            new_numa,
-            new_requests=new_requests,
-            new_devices=new_devices,
-        )
-        instance.save()
-        if new_devices:
-            # Allocated at once, as nova's tracker does when it starts to
-            # count an incoming move (after the context took the old ones).
-            self._allocate_pci_rows(context, instance, nodename)
 
     # A move's later steps: nova's rows first, under nova's lock in one
     # piece (the periodic's PCI reconciliation reads them under it, nova bug
@@ -870,8 +624,8 @@ class RtagentResourceTracker:
     def drop_move_claim_at_source(self, context, instance, migration):
         """A move confirmed: the source lets the instance go."""
         cn = self.compute_nodes.get(migration.source_node)
-        with self._in_flight(instance.uuid):
-            self._confirm_rows(context, instance, migration)
+        with self._in_flight.mark(instance.uuid):
+            self.records.confirm(context, instance, migration)
             if cn is not None:
                 reconcile.step(self.link, "finish_move", cn, migration.uuid)
                 applied = reconcile.step(self.link, "confirm_move", cn, migration.uuid)
@@ -883,20 +637,12 @@ class RtagentResourceTracker:
         if cn is not None:
             self._refresh_node(cn)
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _confirm_rows(self, context, instance, migration):
-        migration.status = "confirmed"
-        migration.save()
-        if migration.source_node in self.compute_nodes:
-            self._free_moved_rows(context, instance, migration.source_node, "old_")
-        instance.drop_migration_context()
-
     def drop_move_claim_at_dest(self, context, instance, migration):
         """A move reverted: the destination lets the instance go back."""
         cn = self.compute_nodes.get(migration.dest_node)
-        with self._in_flight(instance.uuid):
+        with self._in_flight.mark(instance.uuid):
             try:
-                self._revert_rows(context, instance, migration)
+                self.records.revert(context, instance, migration)
             finally:
                 # Also when the instance's save found another task state
                 # (nova's own tracker has dropped the claim by then), but
@@ -912,15 +658,6 @@ class RtagentResourceTracker:
         if cn is not None:
             self._refresh_node(cn)
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _revert_rows(self, context, instance, migration):
-        migration.status = "reverted"
-        migration.save()
-        if migration.dest_node in self.compute_nodes:
-            self._free_moved_rows(context, instance, migration.dest_node, "new_")
-        instance.revert_migration_context()
-        instance.save(expected_task_state=[task_states.RESIZE_REVERTING])
-
     def drop_move_claim(self, context, instance, nodename, flavor=None, prefix="new_"):
         """A move to ``nodename`` abandoned before it ran (its claim
         aborted, a live migration rolled back): nova's rows of the move's
@@ -929,11 +666,11 @@ class RtagentResourceTracker:
         cn = self.compute_nodes.get(nodename)
         if cn is None:
             return
-        with self._in_flight(instance.uuid):
+        with self._in_flight.mark(instance.uuid):
             # nova's rows first, as every step here: a device the agent has
             # freed is free in the rows by then, so no claim under way gets
             # it from the agent while its row still names this instance.
-            self._free_moved_rows_locked(context, instance, nodename, prefix)
+            self.records.free_moved_pci(context, instance, nodename, prefix)
             for migration_uuid in self._moves_to(cn, instance.uuid):
                 reconcile.step(self.link, "revert_move", cn, migration_uuid)
         self._refresh_node(cn)
@@ -949,32 +686,16 @@ class RtagentResourceTracker:
         moves = held.get("moves") or ()
         return [m["migration_uuid"] for m in moves if m.get("dest_node") == cn.uuid]
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _free_moved_rows_locked(self, context, instance, nodename, prefix):
-        self._free_moved_rows(context, instance, nodename, prefix)
-
     def finish_evacuation(self, instance, node, migration):
         """An evacuation landed here: nova's rows put the instance on
         ``node``, then the agent's move becomes a claim."""
         cn = self.compute_nodes.get(node) if node else None
-        with self._in_flight(instance.uuid):
-            self._evacuated_rows(instance, node, cn, migration)
+        with self._in_flight.mark(instance.uuid):
+            self.records.evacuated(instance, node, cn, migration)
             if migration and cn is not None:
                 reconcile.step(self.link, "finish_move", cn, migration.uuid)
         if migration and cn is not None:
             self._refresh_node(cn)
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _evacuated_rows(self, instance, node, cn, migration):
-        instance.apply_migration_context()
-        instance.host = self.host
-        instance.node = node
-        instance.compute_id = cn.id if cn is not None else None
-        instance.save()
-        instance.drop_migration_context()
-        if migration:
-            migration.status = "done"
-            migration.save()
 
     # -- Placement requests ComputeManager routes through the tracker --------
 
@@ -999,8 +720,7 @@ class RtagentResourceTracker:
         """The rows of the devices the agent chose for ``pci_requests``: at
         the destination of the instance's live migration, or for an
         interface attached to the instance where it runs (see
-        :mod:`.pcicalls`). The agent is asked outside nova's lock; the rows
-        are claimed under it.
+        :mod:`.pcicalls`).
 
         :raises PciDeviceRequestFailed: the agent chose no devices for
             these arguments.
@@ -1008,52 +728,30 @@ class RtagentResourceTracker:
         if pci_requests is None or not pci_requests.requests:
             return []
         instance = _Uuid(pci_requests.instance_uuid)
-        with self._in_flight(instance.uuid):
+        with self._in_flight.mark(instance.uuid):
             for nodename, cn in list(self.compute_nodes.items()):
                 chosen = pcicalls.devices_for(self.link, context, cn, pci_requests)
                 if chosen is not None:
-                    return self._claim_pci_rows_locked(
-                        context, instance, nodename, {"pci_devices": chosen}
-                    )
+                    return self.records.claim_pci(context, instance, nodename, chosen)
         raise exception.PciDeviceRequestFailed(requests=pci_requests.requests)
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _claim_pci_rows_locked(self, context, instance, nodename, placed):
-        return self._claim_pci_rows(context, instance, nodename, placed)
 
     def unclaim_pci_devices(self, context, pci_device, instance):
         """An interface's device given back (detached, or its attach
-        failed): nova's row is freed (under nova's lock), then the agent's
-        claim lets it go (outside it)."""
-        with self._in_flight(instance.uuid):
+        failed): nova's row is freed, then the agent's claim lets it go."""
+        with self._in_flight.mark(instance.uuid):
             # The row first: see drop_move_claim.
-            self._free_device_rows(context, pci_device, instance)
+            self.records.free_device(context, pci_device, instance)
             for cn in list(self.compute_nodes.values()):
                 pcicalls.detach(self.link, cn, instance.uuid, pci_device.address)
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def _free_device_rows(self, context, pci_device, instance):
-        for rows in self._pci_rows.values():
-            rows.free_devices([pci_device], instance)
-            rows.save(context)
-
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def allocate_pci_devices_for_instance(self, context, instance):
-        for rows in self._pci_rows.values():
-            rows.allocate(instance)
-            rows.save(context)
+        self.records.allocate_pci_devices_for_instance(context, instance)
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def free_pci_device_allocations_for_instance(self, context, instance):
-        for rows in self._pci_rows.values():
-            rows.free_allocations(context, instance)
-            rows.save(context)
+        self.records.free_pci_device_allocations_for_instance(context, instance)
 
-    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def free_pci_device_claims_for_instance(self, context, instance):
-        for rows in self._pci_rows.values():
-            rows.free_claims(context, instance)
-            rows.save(context)
+        self.records.free_pci_device_claims_for_instance(context, instance)
 
 
 @dataclasses.dataclass(frozen=True)

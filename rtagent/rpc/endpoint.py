@@ -293,6 +293,11 @@ class AgentEndpoint:
             "resources": dict(claim.resources),
             "numa": instance.numa_cells(claim.numa),
             "pci_devices": instance.pci_devices(claim.pci_devices),
+            # 1.9: the node as the claim left it, so that a caller keeping
+            # a compute-node record (nova's tracker) needs no second call.
+            "compute_node": self._agent.nodes.get(claim.node_uuid).compute_node_view(
+                self._host_ip
+            ),
         }
 
     def _update_instance(self, a):
@@ -328,6 +333,8 @@ class AgentEndpoint:
         return {
             "numa": instance.move_numa_cells(recorded, tracker.node_uuid),
             "pci_devices": instance.move_pci_devices(recorded, tracker.node_uuid),
+            # 1.9: as instance_claim's.
+            "compute_node": tracker.compute_node_view(self._host_ip),
         }
 
     def _move_step(self, name):

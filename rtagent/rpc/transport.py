@@ -16,7 +16,7 @@ import warnings
 # Target, so it has to be one fixed name, not a setting of the agent's.
 EXCHANGE = "rtagent"
 TOPIC = "rtagent"
-API_VERSION = "1.8"
+API_VERSION = "1.9"
 NOTIFICATION_TOPIC = "notifications"
 
 _backend_lock = threading.Lock()

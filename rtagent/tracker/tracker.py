@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import logging
 import time
+import uuid
 
 from oslo_concurrency import lockutils
 
@@ -81,6 +82,13 @@ class Tracker:
         # The adopted state: replaced (never mutated) by writers under the
         # lock, read by reference by anyone.
         self._state = NodeState.restore(store, node_uuid, policy, pci)
+        # (state, serial): the adopted state with the count of commits
+        # before it, swapped whole with it, so that a compute-node view
+        # says which state it shows (its ``revision``). The incarnation
+        # tells this tracker's serials from those of the agent before a
+        # restart, which count from 0 again.
+        self._incarnation = uuid.uuid4().hex
+        self._stamped = (self._state, 0)
         # (state, snapshot) of the last snapshot built; readers rebuild it
         # only when the state moved. Two readers racing build it twice, and
         # the tuple is swapped whole, so neither sees a torn pair.
@@ -133,6 +141,7 @@ class Tracker:
         if delta:
             self._store.apply(self.node_uuid, delta)
         self._state = new_state
+        self._stamped = (new_state, self._stamped[1] + 1)
 
     def _update(self, operation, key, transition):
         """Apply ``transition(state) -> state`` under the lock and commit it.
@@ -773,7 +782,7 @@ class Tracker:
         the state carries (O(moves)): a view is asked for after every claim
         through nova's tracker, and a new snapshot sorts and sums every
         instance."""
-        state = self._state
+        state, serial = self._stamped
         published_state, snap = self._published
         inputs = snap if published_state is state else view_inputs(state, self._count_untracked)
         pci = state.pci
@@ -782,6 +791,7 @@ class Tracker:
             host_ip,
             metrics=self._host_metrics,
             pci_in_placement=pci.report_in_placement if pci is not None else False,
+            revision={"incarnation": self._incarnation, "serial": serial},
         )
 
 

@@ -20,7 +20,9 @@ from rtagent.resources import DISK_GB, MEMORY_MB, PCPU, VCPU
 from rtagent.tracker import ledger, stats
 
 
-def compute_node(snapshot, host_ip, now=None, metrics=(), pci_in_placement=False):
+def compute_node(
+    snapshot, host_ip, now=None, metrics=(), pci_in_placement=False, revision=None
+):
     """The compute-node dict for ``snapshot``.
 
     :param host_ip: the node's IP address (``[DEFAULT] my_ip``).
@@ -29,6 +31,9 @@ def compute_node(snapshot, host_ip, now=None, metrics=(), pci_in_placement=False
         ``host_metrics()``), listed as nova's ``MonitorMetricList.to_list()``.
     :param pci_in_placement: ``[pci] report_in_placement``: each PCI pool
         names its device provider (``rp_uuid``), as nova's scheduler needs.
+    :param revision: ``{"incarnation", "serial"}``: which state of the
+        node's accounting the view shows (docs/rpc-api.md,
+        ``get_compute_node``), or None to leave it out.
     """
     host = snapshot.host
     policy = snapshot.policy
@@ -71,6 +76,7 @@ def compute_node(snapshot, host_ip, now=None, metrics=(), pci_in_placement=False
             pools.pools(snapshot.pci_devices), _pci_provider_of(snapshot, pci_in_placement)
         ),
         "updated_at": updated,
+        **({"revision": revision} if revision is not None else {}),
     }
 
 

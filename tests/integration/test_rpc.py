@@ -95,7 +95,13 @@ def test_every_method_round_trips(agent, client):
     assert ok(client, "ping") == {"host": agent.conf.host, "api_version": transport.API_VERSION}
 
     inst = new_uuid()
+    before = ok(client, "get_compute_node")
     claim = ok(client, "instance_claim", instance_uuid=inst, flavor=flavor(1, 512, 2))
+    # Since 1.9 the node's view as the claim left it: the claim counted.
+    claimed_view = claim.pop("compute_node")
+    assert claimed_view["uuid"] == node
+    assert claimed_view["vcpus_used"] == before["vcpus_used"] + 1
+    assert claimed_view["memory_mb_used"] == before["memory_mb_used"] + 512
     assert claim == {
         "instance_uuid": inst,
         "node_uuid": node,
@@ -119,6 +125,9 @@ def test_every_method_round_trips(agent, client):
     ok(client, "build_succeeded")
     view = ok(client, "get_compute_node", node_uuid=node)
     assert view["uuid"] == node and view["stats"]["failed_builds"] == "0"
+    # Later states, later serials, within one incarnation of the agent.
+    assert view["revision"]["incarnation"] == claimed_view["revision"]["incarnation"]
+    assert view["revision"]["serial"] > claimed_view["revision"]["serial"]
     assert view["host_ip"] == agent.conf.my_ip
 
     assert ok(client, "set_disabled", disabled=True, reason="maintenance") == {
@@ -131,7 +140,7 @@ def test_every_method_round_trips(agent, client):
 
     # a same-node resize: start, finish, confirm
     mig = new_uuid()
-    ok(
+    started = ok(
         client,
         "start_move",
         migration_uuid=mig,
@@ -143,6 +152,10 @@ def test_every_method_round_trips(agent, client):
         new_flavor=flavor(2, 1024, 2),
     )
     assert [m.uuid for m in agent.served.agent.tracker.snapshot().migrations] == [mig]
+    # Since 1.9 the node's view as the move left it: a same-node resize
+    # holds both flavors until it is confirmed or reverted.
+    assert started["compute_node"]["vcpus_used"] == before["vcpus_used"] + 1 + 2
+    assert started["compute_node"]["revision"]["serial"] > view["revision"]["serial"]
     assert ok(client, "finish_move", migration_uuid=mig) == {"applied": True}
     assert ok(client, "confirm_move", migration_uuid=mig) == {"applied": True}
     # a second move, reverted

@@ -159,7 +159,7 @@ def claim_args(**extra):
 def test_a_well_formed_raw_call_is_served(raw, agent):
     # The raw caller itself is right: a valid call succeeds.
     reply = raw.call('"ping"', "{}")
-    assert reply["result"] == {"ok": True, "result": {"host": HOST, "api_version": "1.8"}}
+    assert reply["result"] == {"ok": True, "result": {"host": HOST, "api_version": "1.9"}}
 
 
 # -- nesting ---------------------------------------------------------------
@@ -398,7 +398,7 @@ def test_unknown_names_get_nosuchmethod_without_a_traceback(raw, agent, method):
         '"1.1a"',
         '""',
         '"2.0"',
-        '"1.9"',
+        '"1.10"',
         '" 1.0"',
         '"1.0.0.0"',
         '"\u0661.0"',
@@ -416,7 +416,7 @@ def test_odd_versions_get_unsupportedversion_without_a_traceback(raw, agent, ver
 
 @pytest.mark.parametrize(
     "version",
-    ['"1.0"', '"1.1"', '"1.2"', '"1.3"', '"1.4"', '"1.5"', '"1.6"', '"1.7"', '"1.8"', '"1.0.5"'],
+    ['"1.0"', '"1.1"', '"1.2"', '"1.3"', '"1.4"', '"1.5"', '"1.6"', '"1.7"', '"1.8"', '"1.9"', '"1.0.5"'],
 )
 def test_supported_versions_are_served(raw, agent, version):
     assert raw.call('"ping"', "{}", version=version)["result"]["ok"] is True

@@ -218,7 +218,7 @@ class _Ordering(KeepsTestMethod, PatientWaits):
     def test_a_confirm_during_the_periodic_is_the_confirms_to_take(self):
         server, bigger = self._resized_on_the_same_host()
         written, go = threading.Event(), threading.Event()
-        real_rows = self.rt._confirm_rows
+        real_rows = self.rt.records.confirm
 
         def rows_then_wait(*args, **kwargs):
             real_rows(*args, **kwargs)
@@ -226,7 +226,7 @@ class _Ordering(KeepsTestMethod, PatientWaits):
             written.set()
             self.assertTrue(go.wait(WAIT_S))
 
-        self.useFixture(fixtures.MockPatchObject(self.rt, "_confirm_rows", rows_then_wait))
+        self.useFixture(fixtures.MockPatchObject(self.rt.records, "confirm", rows_then_wait))
         self.api.post_server_action(server["id"], {"confirmResize": None})
         self.assertTrue(written.wait(WAIT_S))
         try:
@@ -247,7 +247,7 @@ class _Ordering(KeepsTestMethod, PatientWaits):
         that says "confirmed" comes with the mark still set."""
         server, bigger = self._resized_on_the_same_host()
         reading, written, go = threading.Event(), threading.Event(), threading.Event()
-        real_read, real_rows = reconcile._migration, self.rt._confirm_rows
+        real_read, real_rows = reconcile._migration, self.rt.records.confirm
 
         def read_once_the_confirm_wrote(context, migration_uuid):
             reading.set()
@@ -262,7 +262,7 @@ class _Ordering(KeepsTestMethod, PatientWaits):
         self.useFixture(
             fixtures.MockPatch("rtagent.nova.reconcile._migration", read_once_the_confirm_wrote)
         )
-        self.useFixture(fixtures.MockPatchObject(self.rt, "_confirm_rows", rows_then_wait))
+        self.useFixture(fixtures.MockPatchObject(self.rt.records, "confirm", rows_then_wait))
         periodic = threading.Thread(
             target=self.compute.manager.update_available_resource, args=(self.ctxt,)
         )
