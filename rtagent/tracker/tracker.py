@@ -20,8 +20,8 @@ import collections
 import contextlib
 import itertools
 import logging
+import secrets
 import time
-import uuid
 
 from oslo_concurrency import lockutils
 
@@ -87,7 +87,7 @@ class Tracker:
         # says which state it shows (its ``revision``). The incarnation
         # tells this tracker's serials from those of the agent before a
         # restart, which count from 0 again.
-        self._incarnation = uuid.uuid4().hex
+        self._incarnation = secrets.token_hex(16)
         self._stamped = (self._state, 0)
         # (state, snapshot) of the last snapshot built; readers rebuild it
         # only when the state moved. Two readers racing build it twice, and

@@ -20,9 +20,7 @@ from rtagent.resources import DISK_GB, MEMORY_MB, PCPU, VCPU
 from rtagent.tracker import ledger, stats
 
 
-def compute_node(
-    snapshot, host_ip, now=None, metrics=(), pci_in_placement=False, revision=None
-):
+def compute_node(snapshot, host_ip, now=None, *, metrics=(), pci_in_placement=False, revision=None):
     """The compute-node dict for ``snapshot``.
 
     :param host_ip: the node's IP address (``[DEFAULT] my_ip``).

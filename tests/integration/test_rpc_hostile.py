@@ -416,7 +416,19 @@ def test_odd_versions_get_unsupportedversion_without_a_traceback(raw, agent, ver
 
 @pytest.mark.parametrize(
     "version",
-    ['"1.0"', '"1.1"', '"1.2"', '"1.3"', '"1.4"', '"1.5"', '"1.6"', '"1.7"', '"1.8"', '"1.9"', '"1.0.5"'],
+    [
+        '"1.0"',
+        '"1.1"',
+        '"1.2"',
+        '"1.3"',
+        '"1.4"',
+        '"1.5"',
+        '"1.6"',
+        '"1.7"',
+        '"1.8"',
+        '"1.9"',
+        '"1.0.5"',
+    ],
 )
 def test_supported_versions_are_served(raw, agent, version):
     assert raw.call('"ping"', "{}", version=version)["result"]["ok"] is True

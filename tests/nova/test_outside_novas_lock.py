@@ -12,9 +12,9 @@ resizes confirmed and reverted, a live migration, a shelve offload and
 unshelve, a delete, and the periodic.
 
 The lock is nova's own: ``nova.utils.synchronized`` takes
-``oslo_concurrency``'s fair lock ``compute_resources`` (its ``nova-`` prefix
-names lock files only), whose writer this test asks for. Run by ``make test-nova`` in .venv-nova, in process and
-over RPC.
+``oslo_concurrency``'s fair lock ``compute_resources`` (its ``nova-``
+prefix names lock files only), whose writer this test asks for. Run by
+``make test-nova`` in .venv-nova, in process and over RPC.
 """
 
 import threading

@@ -164,7 +164,8 @@ def test_the_doc_pinned_claim_answers_what_the_doc_shows(served_numa, broker, ex
         view = got.pop("compute_node")
         assert got == expected
         assert view["uuid"] == tracker.node_uuid
-        assert view == {**tracker.compute_node_view(view["host_ip"]), "updated_at": view["updated_at"]}
+        now = tracker.compute_node_view(view["host_ip"])
+        assert view == {**now, "updated_at": view["updated_at"]}
         held = {i.uuid: i for i in tracker.snapshot().instances}
         assert held[instance].numa.pinned == {2, 4}
     finally:
