@@ -295,9 +295,7 @@ class AgentEndpoint:
             "pci_devices": instance.pci_devices(claim.pci_devices),
             # 1.9: the node as the claim left it, so that a caller keeping
             # a compute-node record (nova's tracker) needs no second call.
-            "compute_node": self._agent.nodes.get(claim.node_uuid).compute_node_view(
-                self._host_ip
-            ),
+            "compute_node": self._agent.nodes.get(claim.node_uuid).compute_node_view(self._host_ip),
         }
 
     def _update_instance(self, a):
