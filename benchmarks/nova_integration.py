@@ -40,7 +40,9 @@ are on tmpfs (``--tmpdir``), so a claim's fsync is not a disk's queue.
 
 Targets (the ``rpc`` link against ``nova``): at N=100 the periodic's CPU
 <= 0.5 x nova's, its lock hold <= 0.1 x nova's, a claim's p50 wall time
-<= nova's; at N=1,000 the periodic's CPU <= 1,000 ms and a claim's CPU p50
+<= nova's, and no claim making more than one call to the agent
+(``agent_calls_per_claim``: the claim's reply carries the node's view since
+RPC 1.9); at N=1,000 the periodic's CPU <= 1,000 ms and a claim's CPU p50
 <= 1.5 x its own at N=100. The in-process link's figures and every absolute
 time are printed for reading. VOID: an agent (or nova's tracker) not
 holding exactly the instances on the node, a periodic or claim that raised,
@@ -59,10 +61,13 @@ their margins are wide (at 45f1df4: 0.08-0.14 against 0.5, 0.005-0.009
 against 0.1, 0.05-0.06 against 1.0) and their control misses by 4x and
 more, so they are judged on their value as before.
 
-Negative control: ``--reclaim-everything`` wraps rtagent's
-``reconcile.reconcile`` so that every periodic also claims every instance
-on the node again (what the periodic did before it went by difference): it
-must MISS.
+Negative controls: ``--two-trips`` strips the view from the claims'
+replies, as an agent older than 1.9 answers, so that each claim asks for it
+again (``get_compute_node``): it must MISS on ``agent_calls_per_claim``, and
+its ``claim_p50_ms`` is a claim's cost before 1.9. ``--reclaim-everything``
+wraps rtagent's ``reconcile.reconcile`` so that every periodic also claims
+every instance on the node again (what the periodic did before it went by
+difference): it must MISS.
 
 The script runs anywhere (``make bench`` starts it with .venv's python): it
 starts the broker, then runs itself again with .venv-nova's python (nova
@@ -99,6 +104,7 @@ TARGETS = {
     "claim_p50_ratio_vs_nova": 1.0,
     "periodic_cpu_ms_n1000": 1000.0,
     "fill_cost_ratio_n1000_vs_n100": 1.5,
+    "agent_calls_per_claim": 1.0,
 }
 PERIODIC_RUNS = 5
 PERIODIC_RUNS_LARGE = 3  # at N >= SCALE_N
@@ -195,6 +201,8 @@ def _run_child(args, url, started):
         cmd.append("--quick")
     if args.reclaim_everything:
         cmd.append("--reclaim-everything")
+    if args.two_trips:
+        cmd.append("--two-trips")
     env = {k: v for k, v in os.environ.items() if k not in _CHILD_ENV_DROP}
     # A directory of the child's own, removed here: a child killed at the
     # deadline runs no clean-up of its own.
@@ -319,7 +327,8 @@ class Figures:
         self.first = None  # (cpu, wall) of the periodic after the node was filled
         # (cpu until synced, wall, lock hold total, holds, (longest, holder), call's cpu)
         self.periodics = []
-        self.claims = []  # (wall, cpu, lock hold total, cpu until synced)
+        # (wall, cpu, lock hold total, cpu until synced, agent calls)
+        self.claims = []
         self.held = None
 
     def periodic_cpu(self):
@@ -360,7 +369,8 @@ class Figures:
             f"claim_cpu_p50_ms={ms(self.claim_cpu()):.2f} "
             f"claim_cpu_ms_runs={','.join(f'{ms(x[1]):.1f}' for x in c)} "
             f"claim_lock_hold_p50_ms={ms(statistics.median(x[2] for x in c)):.3f} "
-            f"claim_then_synced_cpu_p50_ms={ms(statistics.median(x[3] for x in c)):.2f}"
+            f"claim_then_synced_cpu_p50_ms={ms(statistics.median(x[3] for x in c)):.2f} "
+            f"claim_agent_calls_max={max(x[4] for x in c)}"
         )
 
 
@@ -403,6 +413,21 @@ def _rabbit_link_class(url):
                 self._local.close()
 
     return RabbitServedLink
+
+
+def _without_views(call):
+    """A link's ``call`` whose claims' replies lack the node's view, as an
+    agent older than RPC 1.9 answers them: the tracker then asks for the
+    view with a second call (``--two-trips``, the negative control of
+    ``agent_calls_per_claim``, and the claim's cost before 1.9)."""
+
+    def call_without_views(method, **args):
+        reply = call(method, **args)
+        if method in {"instance_claim", "start_move"} and isinstance(reply, dict):
+            reply = {k: v for k, v in reply.items() if k != "compute_node"}
+        return reply
+
+    return call_without_views
 
 
 def _reclaim_everything(counts):
@@ -585,6 +610,8 @@ def _case_class():
                 if link_class != expected:
                     raise Void(f"link_{link_class}_not_{expected}")
                 node.prompt = node.link.prompt
+                if self.options.two_trips:
+                    node.link.call = _without_views(node.link.call)
             started = time.perf_counter()
             self._fill(node)
             figures.setup_s = time.perf_counter() - started
@@ -731,11 +758,14 @@ def _case_class():
             self._allocate(node, [instance.uuid])
             allocations = {node.cn.uuid: {"resources": dict(self.resources)}}
             self._settle()
+            calls = self.fixture.counts["agent_calls"] if self.fixture is not None else 0
             self.probe.start()
             cpu0, wall0 = time.process_time(), time.perf_counter()
             node.rt.instance_claim(node.ctxt, instance, node.nodename, allocations, limits=None)
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
             holds = self.probe.stop()
+            if self.fixture is not None:
+                calls = self.fixture.counts["agent_calls"] - calls
             self._settle()
             synced = time.process_time() - cpu0
             # Built: it stays on the node as one of its instances.
@@ -743,7 +773,7 @@ def _case_class():
             instance.power_state = power_state.RUNNING
             instance.save()
             node.on_node += 1
-            return wall, cpu, sum(h[0] for h in holds), synced
+            return wall, cpu, sum(h[0] for h in holds), synced, calls
 
     return Bench
 
@@ -768,7 +798,8 @@ def child_main(args):
     emit(
         f"sizes={','.join(str(n) for n in args.sizes)} periodic_runs={args.periodic_runs} "
         f"claims={args.claims} flavor={FLAVOR_NAME} driver=fake.FakeDriver "
-        f"reclaim_everything={'yes' if args.reclaim_everything else 'no'}"
+        f"reclaim_everything={'yes' if args.reclaim_everything else 'no'} "
+        f"two_trips={'yes' if args.two_trips else 'no'}"
     )
     # Its INFO lines come at each case's clean-up, after nova's log capture.
     logging.getLogger("nova.thread_pool_factory").setLevel(logging.WARNING)
@@ -822,6 +853,10 @@ def report(args, out, void):
             figures[f"{prefix}claim_cpu_p50_ratio_vs_nova"] = ratio(
                 mine.claim_cpu(), nova.claim_cpu()
             )
+        if mine is not None:
+            # The most any claim of the node cost: one round trip each.
+            figures[f"{prefix}agent_calls_per_claim"] = float(max(c[4] for c in mine.claims))
+            figures[f"{prefix}claim_p50_ms"] = ms(mine.claim_wall())
         large = by.get((kind, SCALE_N))
         if large is not None:
             figures[f"{prefix}periodic_cpu_ms_n1000"] = ms(large.periodic_cpu())
@@ -887,6 +922,12 @@ def main(argv=None):
         "--reclaim-everything",
         action="store_true",
         help="negative control: every periodic claims every instance on the node again",
+    )
+    parser.add_argument(
+        "--two-trips",
+        action="store_true",
+        help="negative control: claims' replies lack the node's view (an agent older "
+        "than RPC 1.9), so each claim asks for it again",
     )
     parser.add_argument(
         "--sizes",

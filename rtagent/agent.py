@@ -273,11 +273,9 @@ class Agent:
         return results, errors
 
     def _tell_driver(self, node_uuid, outcome):
-        """Hand the driver the tree Placement holds now (HostDriver.published;
-        a driver that wraps another may not have the hook)."""
-        published = getattr(self.driver, "published", None)
-        if published is not None and outcome.tree is not None:
-            published(node_uuid, outcome.tree)
+        """Hand the driver the tree Placement holds now (HostDriver.published)."""
+        if outcome.tree is not None:
+            self.driver.published(node_uuid, outcome.tree)
 
     def _desired(self, read):
         """(tracker, snapshot, desired tree, PCI report) per node of

@@ -113,14 +113,8 @@ def apply_conf(conf, new, agent):
         escape.install()
     for tracker in agent.nodes.trackers():
         tracker.set_policy(policy)
-    reload_provider_config = getattr(agent, "reload_provider_config", None)
-    if reload_provider_config is not None:
-        reload_provider_config(new)
-    invalidate = getattr(agent, "invalidate_placement_cache", None)
-    if invalidate is not None:
-        invalidate()
-    else:
-        agent.sync.invalidate()
+    agent.reload_provider_config(new)
+    agent.invalidate_placement_cache()
     LOG.info(
         "Applied: reserved cpus=%d memory=%d MiB disk=%d MiB; ratios %s",
         policy.reserved_host_cpus,

@@ -129,11 +129,11 @@ class PlacementClient:
             # transient like ours; anything else is a credentials problem.
             if (exc.http_status or 0) >= 500:
                 raise errors.PlacementUnavailable(method=method, url=url, reason=str(exc)) from exc
-            raise errors.PlacementAuthError(method=method, url=url, reason=str(exc)) from exc
+            raise errors.KeystoneAuthFailed(method=method, url=url, reason=str(exc)) from exc
         except ks_exc.ClientException as exc:
             # No auth plugin, bad credentials, Placement not in the catalog:
             # retrying will not help until the operator fixes the config.
-            raise errors.PlacementAuthError(method=method, url=url, reason=str(exc)) from exc
+            raise errors.KeystoneAuthFailed(method=method, url=url, reason=str(exc)) from exc
         status = response.status_code
         if status >= 400:
             raise errors.from_response(method, url, response)

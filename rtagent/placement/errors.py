@@ -45,8 +45,10 @@ class GenerationConflict(PlacementRequestFailed):
     code = "placement.generation_conflict"
 
 
-class ProviderNameConflict(PlacementRequestFailed):
-    """Another provider already has the name we need (another UUID)."""
+class DuplicateProviderName(PlacementRequestFailed):
+    """Placement refused a provider's name: another provider has it
+    (Placement's ``placement.duplicate_name``). The sync reads it as
+    :class:`ProviderNameTaken`, which says what to do."""
 
     code = "placement.provider_name_conflict"
 
@@ -61,7 +63,11 @@ class MicroversionUnsupported(PlacementRequestFailed):
     code = "placement.microversion_unsupported"
 
 
-class PlacementAuthFailed(PlacementRequestFailed):
+class PlacementDenied(PlacementRequestFailed):
+    """Placement answered 401 or 403: it refused the token it was given
+    (expired, or without the role Placement asks for). Not to be confused
+    with :class:`KeystoneAuthFailed`, where no request reached Placement."""
+
     code = "placement.auth_failed"
 
 
@@ -72,8 +78,9 @@ class ProviderChanging(PlacementError):
     msg_fmt = "Provider {uuid} changed while it was being read"
 
 
-class PlacementAuthError(PlacementError):
-    """keystoneauth could not authenticate or find Placement in the catalog."""
+class KeystoneAuthFailed(PlacementError):
+    """keystoneauth could not get a token or find Placement in the catalog:
+    no request reached Placement (see :class:`PlacementDenied`)."""
 
     code = "placement.auth_error"
     msg_fmt = (
@@ -146,11 +153,11 @@ def from_response(method, url, response):
     if status == 409 and placement_code == CONCURRENT_UPDATE:
         cls = GenerationConflict
     elif status == 409 and placement_code == DUPLICATE_NAME:
-        cls = ProviderNameConflict
+        cls = DuplicateProviderName
     elif status == 409 and placement_code == INVENTORY_INUSE:
         cls = InventoryInUse
     elif status == 406:
         cls = MicroversionUnsupported
     elif status in (401, 403):
-        cls = PlacementAuthFailed
+        cls = PlacementDenied
     return cls(method, url, status, placement_code, detail)

@@ -228,7 +228,7 @@ class Flusher:
         :raises ProviderNameTaken: another provider has the name."""
         try:
             return self.send(call, op.uuid, op.name, op.parent_uuid)
-        except errors.ProviderNameConflict as exc:
+        except errors.DuplicateProviderName as exc:
             raise errors.ProviderNameTaken(name=op.name, uuid=op.uuid) from exc
 
     def _reshape(self, ops, touched, bodies):

@@ -71,12 +71,10 @@ class NodePublisher:
                 clock=clock,
             )
             if client is not None
-            else ()
+            else passmod.Passes()
         )
         # The report operators ask for by name (status, report_unknown).
-        self._unknown = next(
-            (p for p in self.passes if isinstance(p, passmod.UnknownConsumerPass)), None
-        )
+        self._unknown = self.passes.unknown
 
     def publish(
         self,

@@ -21,6 +21,7 @@ import logging
 import random
 import threading
 import time
+import typing
 
 from rtagent import exception
 from rtagent.placement import errors as placement_errors
@@ -39,9 +40,38 @@ LOG = logging.getLogger(__name__)
 SYNC_GRACE_S = 10.0
 
 
+class ServedAgent(typing.Protocol):
+    """What the daemon and its runner (:mod:`rtagent.cmd.run`) ask of the
+    agent they serve: :class:`rtagent.agent.Agent` is one."""
+
+    nodes: typing.Any  # a rtagent.tracker.nodes.Nodes
+    tracker: typing.Any  # the primary node's rtagent.tracker.tracker.Tracker
+
+    def audit(self) -> None:
+        """Read the host, record it, sync Placement (the audit thread)."""
+
+    def sync_changed(self, node_uuids) -> dict:
+        """Sync those nodes to Placement now (the prompt sync)."""
+
+    def retry_in(self) -> float | None:
+        """Seconds until a failed sync's retry, or None (any thread)."""
+
+    def sync_status(self) -> dict:
+        """node UUID -> its Placement sync state (any thread)."""
+
+    def unknown_consumers(self) -> dict:
+        """node UUID -> {consumer: allocations} reported unknown."""
+
+    def reload_provider_config(self, conf) -> None:
+        """Re-read provider config files at the next audit (SIGHUP)."""
+
+    def invalidate_placement_cache(self) -> None:
+        """Forget the cached Placement views at the next audit (SIGHUP)."""
+
+
 class Daemon:
     """:param conf: the loaded, validated ConfigOpts.
-    :param agent: the :class:`rtagent.agent.Agent`.
+    :param agent: the :class:`ServedAgent` (an :class:`rtagent.agent.Agent`).
     :param metrics: a :class:`rtagent.service.prometheus.Metrics` (its Placement
         observer must already be wired into the agent); the daemon has it
         export the nodes' state and its own sync state.
@@ -120,7 +150,7 @@ class Daemon:
             rng=rng,
             trigger=trigger,
             # A failed sync's retry is not held back to the next audit.
-            due_in=getattr(agent, "retry_in", None),
+            due_in=agent.retry_in,
         )
         self.rpc = None
         self._ready = False
@@ -260,12 +290,10 @@ class Daemon:
         return started is not None and self._clock() - started > self.conf.daemon.watchdog_stall
 
     def node_sync(self, node_uuid):
-        """The audit outcome, with the node's Placement sync health when the
-        agent reports it (backoff, last success per node)."""
+        """The audit outcome, with the node's Placement sync health
+        (backoff, last success)."""
         state = self.sync_state()
-        per_node = getattr(self.agent, "sync_status", None)
-        if per_node is not None:
-            state["placement"] = per_node().get(node_uuid)
+        state["placement"] = self.agent.sync_status().get(node_uuid)
         return state
 
     def status(self):

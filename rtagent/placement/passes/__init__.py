@@ -17,7 +17,7 @@ wrong about a consumer of its own node. Each such correction is a pass:
                        not count (left out, attached, detached)
 =====================  ===================================================
 
-Every pass has the same shape: ``run(node)`` with a :class:`SyncedNode`,
+Every pass has the same shape, :class:`AllocationPass`: ``run(node)`` with a :class:`SyncedNode`,
 returning the node for the passes after it (what a pass learnt that the
 later ones may use, such as the consumers healing emptied, rides on it:
 :meth:`SyncedNode.after`), and ``status(known)``, the figures it adds to
@@ -33,6 +33,7 @@ A new correction is a new module here and one entry in :func:`standard`.
 """
 
 import dataclasses
+import typing
 
 from rtagent.placement.passes.heal import HealPass
 from rtagent.placement.passes.pci_devices import PciDevicePass
@@ -82,6 +83,32 @@ class SyncedNode:
         return self.view.get(self.node_uuid)
 
 
+class AllocationPass(typing.Protocol):
+    """What every pass is (the module's docstring says how they run)."""
+
+    name: str  # its key in the node's status and logs
+
+    def run(self, node: SyncedNode) -> SyncedNode:
+        """Correct what this pass owns on ``node``; :returns: the node
+        for the passes after it (:meth:`SyncedNode.after`)."""
+
+    def status(self, known: frozenset) -> dict:
+        """The figures it adds to the node's sync status; ``known``: the
+        node's current known consumers."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Passes:
+    """A node's passes, in the order they run, and the one operators ask
+    for by name (``rtagent status``'s unknown consumers, ``report_unknown``)."""
+
+    order: tuple = ()
+    unknown: UnknownConsumerPass | None = None
+
+    def __iter__(self):
+        return iter(self.order)
+
+
 def standard(client, *, heal_budget=None, checked=None, unknown_after=0.0, clock=None):
     """The passes of every node, in the order they run: healing first, so
     that what it removes is not reported as unknown in the same run.
@@ -92,17 +119,22 @@ def standard(client, *, heal_budget=None, checked=None, unknown_after=0.0, clock
     :param unknown_after: seconds between the two audits that must find
         a consumer before it is reported unknown (the refresh interval).
     :param clock: monotonic seconds (default ``time.monotonic``).
+    :returns: :class:`Passes`.
     """
-    return (
+    unknown = UnknownConsumerPass(client, checked, confirm_after=unknown_after, clock=clock)
+    order: tuple[AllocationPass, ...] = (
         HealPass(client, heal_budget),
-        UnknownConsumerPass(client, checked, confirm_after=unknown_after, clock=clock),
+        unknown,
         PinnedVcpuPass(client),
         PciDevicePass(client),
     )
+    return Passes(order, unknown)
 
 
 __all__ = [
+    "AllocationPass",
     "HealPass",
+    "Passes",
     "PciDevicePass",
     "PinnedVcpuPass",
     "SyncedNode",
