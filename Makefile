@@ -25,7 +25,7 @@ test: venv
 	$(PY) -m pytest -q -m real_libvirtd $(PYTEST_ARGS) --ignore=tests/nova --ignore=tests/cloud --ignore=tests/hypervisor tests
 
 # nova 34.0.0's own functional tests with rtagent as the resource tracker
-# (tools/nova_tests.py; docs/nova.md), in their own virtualenv, after the
+# (tools/nova_tests.py; docs/nova-harness.md), in their own virtualenv, after the
 # tests of the integration itself.
 nova-venv: venv
 	@RTAGENT_NOVA_VENV=$(NOVA_VENV) tools/setup-nova-env.sh
@@ -43,7 +43,7 @@ test-nova-suites: nova-venv
 # Every test of nova's functional tree, stock and with rtagent, one part at
 # a time (PART=k/n; the record is kept in 8 parts), each part's result kept
 # in tools/nova-full/ with the commit it ran at (tools/nova_full.py;
-# docs/nova.md, "The whole-tree record"). Not part of CI: hours on 2 cores.
+# docs/nova-harness.md, "The whole-tree record"). Not part of CI: hours on 2 cores.
 test-nova-full: nova-venv
 	@[ -n "$(PART)" ] || { echo "make test-nova-full needs PART=k/n, e.g. PART=1/8"; exit 2; }
 	$(NOVA_VENV)/bin/python tools/nova_full.py run --part $(PART) $(NOVA_FULL_ARGS)

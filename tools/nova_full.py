@@ -4,7 +4,7 @@
 # of the License at http://www.apache.org/licenses/LICENSE-2.0
 """Every test of nova 34.0.0's functional tree, on stock nova and with
 rtagent, in parts whose results are kept (make test-nova-full,
-make test-nova-full-summary; docs/nova.md).
+make test-nova-full-summary; docs/nova-harness.md).
 
 ``run --part k/n`` (with the python of ``.venv-nova``) lists nova's
 functional tree, takes part k of its split in n (tools/novatests/parts.py),
@@ -44,7 +44,7 @@ DOC = os.path.join(TOP, "docs", "nova.md")
 CONSTRAINTS = os.path.join(TOP, "tools", "nova-constraints.txt")
 TREE = r"^nova\.tests\.functional\."
 # The split the record is kept in: about half an hour a part on 2 cores
-# (part 1 of 100 took 46 s on stock and 107 s with rtagent; docs/nova.md).
+# (part 1 of 100 took 46 s on stock and 107 s with rtagent; docs/nova-harness.md).
 PARTS = 8
 # Stock nova's hang limit (nova's own OS_TEST_TIMEOUT is 300 s) and its
 # run's wall-clock limit: this many times the part's estimated serial time

@@ -18,7 +18,7 @@
 #   and notification_sample_tests/notification_sample_base.py go three and
 #   four directories up from their own), and the wheel has no doc/ at all:
 #   they come from nova's source distribution of the same version, checked
-#   against its digest (make test-nova-full runs them; docs/nova.md).
+#   against its digest (make test-nova-full runs them; docs/nova-harness.md).
 #
 # make test-cloud runs nova's services on PostgreSQL, through psycopg2. Its
 # pin is here, not in the constraints file: nova's suites (make test-nova)

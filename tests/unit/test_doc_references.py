@@ -538,23 +538,23 @@ def test_every_module_named_exists():
     assert not missing, "modules that do not exist:\n" + "\n".join(missing)
 
 
-# -- the README's layout ---------------------------------------------------
+# -- the code's layout (docs/layout.md) -------------------------------------
 
 
 def _layout():
-    readme = _read(ROOT / "README.md")
-    start = readme.prose.index("## Layout")
-    line = readme.line_of(start)
-    return next(text for _lang, first, text in readme.fences if first > line)
+    """The first fenced block of docs/layout.md (the README's Layout
+    section until issue 51)."""
+    page = _read(ROOT / "docs" / "layout.md")
+    return page.fences[0][2]
 
 
-def test_the_readme_layout_names_what_is_there():
+def test_the_layout_names_what_is_there():
     """Every path the layout block starts a line with exists; every package
     and top-level module of rtagent/, and every docs/*.md, is named."""
     layout = _layout()
     named = re.findall(r"^(\S+)", layout, re.M)
     missing = [p for p in named if not (ROOT / p).exists()]
-    assert not missing, f"README's layout names paths that do not exist: {missing}"
+    assert not missing, f"docs/layout.md names paths that do not exist: {missing}"
     words = set(re.findall(r"[\w./-]+", layout))
     package = ROOT / "rtagent"
     unnamed = [
@@ -568,10 +568,10 @@ def test_the_readme_layout_names_what_is_there():
             and p.name not in words
         )
     ]
-    assert not unnamed, f"README's layout omits: {unnamed}"
+    assert not unnamed, f"docs/layout.md omits: {unnamed}"
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
     docs_line = layout[layout.index("docs/ ") :]
-    assert pages <= set(re.findall(r"[\w-]+\.md", docs_line)), "README's layout omits docs pages"
+    assert pages <= set(re.findall(r"[\w-]+\.md", docs_line)), "docs/layout.md omits docs pages"
 
 
 def test_the_checks_find_what_they_check():
