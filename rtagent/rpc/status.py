@@ -69,6 +69,7 @@ def node_status(snapshot, sync=None, now=None):
             ],
         },
         "numa": _numa(snapshot),
+        "disk_pool": _disk_pool(snapshot),
         "pci": {
             "devices": len(snapshot.pci_devices),
             "pools": pools.as_nova_pools(pools.pools(snapshot.pci_devices)),
@@ -76,6 +77,35 @@ def node_status(snapshot, sync=None, now=None):
         },
         "sync": dict(sync) if sync else None,
         "generated_at": now,
+    }
+
+
+def _disk_pool(snapshot):
+    """The storage pool of the guests' disks (None without one): its
+    figures, whether they are stale and since when, and the instances of
+    this node whose disks are in it."""
+    pool = getattr(snapshot.host, "disk_pool", None) if snapshot.host is not None else None
+    if pool is None:
+        return None
+    mine = {i.uuid for i in snapshot.instances}
+    usage = snapshot.pool_usage
+    return {
+        "pool": pool.pool,
+        "shared": pool.shared,
+        "provider_uuid": pool.provider_uuid if pool.shared else None,
+        "aggregate_uuid": pool.aggregate_uuid if pool.shared else None,
+        "total_gb": pool.total_gb,
+        "used_gb": pool.used_gb,
+        "read_at": pool.read_at,
+        "stale": pool.stale_since is not None,
+        "stale_since": pool.stale_since,
+        "error": pool.error,
+        # Disks nova made in the pool for this node's instances: theirs,
+        # not untracked usage.
+        "instance_disks_here": len(mine & pool.instance_disks),
+        "instance_disks_elsewhere": len(pool.instance_disks - mine),
+        "other_images": pool.other_images,
+        "others_gb": usage.others_gb if usage is not None and pool.shared else None,
     }
 
 

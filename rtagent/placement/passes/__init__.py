@@ -15,6 +15,8 @@ wrong about a consumer of its own node. Each such correction is a pass:
                        moved to PCPU
 :mod:`.pci_devices`    PCI devices a claim holds that its allocation does
                        not count (left out, attached, detached)
+:mod:`.pool_usage`     other hosts' DISK_GB on a shared disk pool, counted
+                       by this node's claims as Placement counts it
 =====================  ===================================================
 
 Every pass has the same shape: ``run(node)`` with a :class:`SyncedNode`,
@@ -37,6 +39,7 @@ import dataclasses
 from rtagent.placement.passes.heal import HealPass
 from rtagent.placement.passes.pci_devices import PciDevicePass
 from rtagent.placement.passes.pinned_vcpus import PinnedVcpuPass
+from rtagent.placement.passes.pool_usage import PoolUsagePass
 from rtagent.placement.passes.unknown import UnknownConsumerPass
 
 
@@ -98,6 +101,7 @@ def standard(client, *, heal_budget=None, checked=None, unknown_after=0.0, clock
         UnknownConsumerPass(client, checked, confirm_after=unknown_after, clock=clock),
         PinnedVcpuPass(client),
         PciDevicePass(client),
+        PoolUsagePass(client),
     )
 
 
@@ -105,6 +109,7 @@ __all__ = [
     "HealPass",
     "PciDevicePass",
     "PinnedVcpuPass",
+    "PoolUsagePass",
     "SyncedNode",
     "UnknownConsumerPass",
     "standard",
