@@ -9,8 +9,8 @@ Example::
         ceph.conf_path                  # a ceph.conf for clients
         ceph.create_pool("vms")
         ceph.cli("df", "--format", "json")
-        ceph.stop_daemons()             # the cluster down, its data kept
-        ceph.start_daemons()            # and back
+        ceph.stop_daemons(("mon",))     # no client reaches the cluster
+        ceph.start_daemons(("mon",))    # and back, data and all
 
 One monitor, one manager and one OSD whose store is in memory (``memstore``),
 no cephx, every socket on 127.0.0.1 (the monitor on two free ports, the
@@ -22,9 +22,11 @@ timeout, also when the start fails. Needs Debian's ``ceph-mon``,
 ``ceph-mgr``, ``ceph-osd`` and ``ceph-common`` (``tools/setup-ceph.sh``);
 runs as root. Facts and pitfalls: ``docs/rbd.md``, "The test cluster".
 
-The OSD's store lives in memory: a stop loses the pools' data but not the
-cluster's maps (the monitor's store is on disk), so :meth:`start_daemons`
-after :meth:`stop_daemons` brings back the same cluster, with empty pools.
+The OSD's store lives in memory: an OSD stopped and started again comes
+back without its placement groups, and the pools' I/O hangs. An outage that
+the cluster recovers from is the monitor's: stopped, no client can connect
+(what an agent sees of a cluster that is down); started again, the OSD and
+the manager reconnect with their data.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ class CephCluster:
             if self.fsid is None:
                 self._make()
             else:
-                self.start_daemons(timeout)
+                self.start_daemons(("mon", "mgr", "osd"), timeout)
         except BaseException:
             self.stop(remove=False)
             raise
@@ -139,23 +141,28 @@ class CephCluster:
         if (remove if remove is not None else self._own_workdir) and os.path.isdir(self.workdir):
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def stop_daemons(self, timeout=STOP_TIMEOUT_S):
-        """Stop the OSD, the manager and the monitor, in that order."""
+    def stop_daemons(self, names=("osd", "mgr", "mon"), timeout=STOP_TIMEOUT_S):
+        """Stop the daemons ``names`` (``osd``, ``mgr``, ``mon``), in the
+        order OSD, manager, monitor."""
         started = time.monotonic()
         stopping = bool(self.pids)
         for name in ("osd", "mgr", "mon"):
-            _stop(self._procs.pop(name, None), timeout)
+            if name in names:
+                _stop(self._procs.pop(name, None), timeout)
         if stopping:
             self.timings["stop"] = time.monotonic() - started
 
-    def start_daemons(self, timeout=START_TIMEOUT_S):
-        """Start the daemons of a cluster made before; wait until healthy.
-        The OSD comes back empty (its store was in memory): it is made
-        again under the same id."""
-        self._launch("mon", "ceph-mon", "-i", "a")
-        self._launch("mgr", "ceph-mgr", "-i", "x")
-        self._make_osd_store()
-        self._launch("osd", "ceph-osd", "-i", str(self.osd_id))
+    def start_daemons(self, names=("mon",), timeout=START_TIMEOUT_S):
+        """Start the stopped daemons ``names`` of this cluster again; wait
+        until it is active (see the module's note on the OSD)."""
+        argv = {
+            "mon": ("ceph-mon", "-i", "a"),
+            "mgr": ("ceph-mgr", "-i", "x"),
+            "osd": ("ceph-osd", "-i", str(self.osd_id)),
+        }
+        for name in ("mon", "mgr", "osd"):
+            if name in names and name not in self.pids:
+                self._launch(name, *argv[name])
         self._wait_active(timeout)
 
     # -- what tests use ----------------------------------------------------

@@ -87,7 +87,9 @@ class PoolWatch:
         with self._lock:
             old = self._reading
             since = old.stale_since if old.stale_since is not None else self._wall()
-            if old.stale_since is None or old.error != reason:
+            # Once per outage: a reading the audit gave up on may fail again
+            # later, in librados' words.
+            if old.stale_since is None:
                 LOG.warning(
                     "RBD pool reading failed (%s); %s",
                     reason,
