@@ -7,7 +7,7 @@ import time
 
 from rtagent.excerpt import escaped_tree, printable
 from rtagent.pci import pools
-from rtagent.placement import desired
+from rtagent.placement import desired, shared_pool
 from rtagent.tracker import untracked
 
 
@@ -150,11 +150,16 @@ def _resources(snapshot):
 def _published(snapshot):
     """resource class -> the root provider's inventory as the agent sends
     it to Placement (:func:`rtagent.placement.desired.root_provider`), a
-    ratio it leaves to Placement shown as the one it last read there."""
+    ratio it leaves to Placement shown as the one it last read there; a
+    shared disk pool's DISK_GB as it is sent to the pool's provider."""
     if snapshot.host is None or snapshot.policy is None:
         return {}
     found = {}
-    for rc, sent in desired.root_provider(snapshot).inventories.items():
+    sent_invs = dict(desired.root_provider(snapshot).inventories)
+    pool = shared_pool.pool_provider(snapshot)
+    if pool is not None:
+        sent_invs.update(pool.inventories)
+    for rc, sent in sent_invs.items():
         inv = sent
         if sent.allocation_ratio is None and rc in snapshot.inventories:
             inv = dataclasses.replace(

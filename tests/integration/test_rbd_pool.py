@@ -8,6 +8,7 @@ Skipped where Ceph cannot run here, except on CI (tests/requirements.py).
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 
@@ -20,10 +21,12 @@ from rtagent.rpc import status as statusmod
 from rtagent.service import builder
 from rtagent.testing import ceph as cephmod
 from rtagent.testing.placement_server import admin_adapter
+from rtagent.testing.ports import free_port
 from rtagent.tracker import errors as tracker_errors
 from rtagent.tracker.model import Flavor
 from rtagent.virt.libvirt.driver import LibvirtDriver
 from rtagent.virt.rbd import cluster, figures
+from tests.functional.test_cli import RTAGENT, rtagent, write_conf
 from tests.requirements import require
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -182,9 +185,9 @@ def test_two_agents_share_the_pool_once(make_agent, operator, ceph):
     assert aggregates == [aggregate]
     for root in (root_a, root_b):
         assert get(operator, f"/resource_providers/{root}/aggregates")["aggregates"] == [aggregate]
-        assert "DISK_GB" not in get(operator, f"/resource_providers/{root}/inventories")[
-            "inventories"
-        ]
+        assert (
+            "DISK_GB" not in get(operator, f"/resource_providers/{root}/inventories")["inventories"]
+        )
     # The figures are ceph df's for the pool: what it stores plus what can
     # still be written, floor GiB (docs/rbd.md, "Figures").
     stats, cluster_stats = pool_df(ceph)
@@ -312,9 +315,9 @@ def test_hosts_moved_onto_the_pool_keep_their_allocations(make_agent, operator, 
         assert allocs[root]["resources"] == {"VCPU": 1, "MEMORY_MB": 256}
         (pool,) = set(allocs) - {root}
         assert allocs[pool]["resources"] == {"DISK_GB": 5}
-        assert "DISK_GB" not in get(operator, f"/resource_providers/{root}/inventories")[
-            "inventories"
-        ]
+        assert (
+            "DISK_GB" not in get(operator, f"/resource_providers/{root}/inventories")["inventories"]
+        )
     assert get(operator, f"/resource_providers/{pool}/usages")["usages"]["DISK_GB"] == 10
 
 
@@ -328,3 +331,55 @@ def test_nova_layout_puts_the_cluster_on_each_root(make_agent, operator, ceph):
     assert get(operator, f"/resource_providers/{root}/aggregates")["aggregates"] == []
     names = [p["name"] for p in get(operator, "/resource_providers")["resource_providers"]]
     assert names == ["cmp-a"], "no pool provider in nova's layout"
+
+
+def wait_status(conf, predicate, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = rtagent("--config-file", str(conf), "status", timeout=30)
+        if result.returncode == 0 and predicate(result.stdout):
+            return result.stdout
+        assert time.monotonic() < deadline, f"never {what}: {result.stdout}{result.stderr}"
+        time.sleep(0.5)
+
+
+def test_the_daemon_on_a_host_whose_guests_live_in_the_pool(tmp_path, ceph, placement, operator):
+    conf = write_conf(
+        tmp_path,
+        endpoint=placement.endpoint,
+        extra=f"[DEFAULT]\ntransport_url =\n[health]\nport = {free_port()}\n"
+        f"[libvirt]\nimages_type = rbd\nimages_rbd_pool = {POOL}\n"
+        f"images_rbd_ceph_conf = {ceph.conf_path}\nrbd_connect_timeout = 2\n",
+    )
+    log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115 - closed below
+    agent = subprocess.Popen(
+        [RTAGENT, "--config-file", str(conf), "run"], stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        text = wait_status(conf, lambda t: "placement: in sync" in t, "in sync")
+        assert "  disk pool: RBD vms, DISK_GB on shared provider " in text
+        assert "  health: ok" in text
+        (pool,) = [
+            p["uuid"]
+            for p in get(operator, "/resource_providers?resources=DISK_GB:1")["resource_providers"]
+        ]
+        before = pool_state(operator, pool)
+        stats, _ = pool_df(ceph)
+        assert before[0]["DISK_GB"]["total"] == (stats["stored"] + stats["max_avail"]) // GIB
+
+        ceph.stop_daemons(("mon",))
+        try:
+            text = wait_status(conf, lambda t: "STALE since" in t, "stale")
+            print(text)
+            assert "the last figures stay in force and nothing is written for the pool" in text
+            assert "health: UNHEALTHY: " in text and "reading is stale since" in text
+            time.sleep(3)  # three more audits (audit_interval = 1)
+            assert pool_state(operator, pool) == before
+        finally:
+            ceph.start_daemons(("mon",))
+        text = wait_status(conf, lambda t: "STALE" not in t and "health: ok" in t, "fresh again")
+        assert agent.poll() is None
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+        log.close()
