@@ -292,7 +292,7 @@ class CephCluster:
         open(os.path.join(d, "keyring"), "a").close()
 
     def _launch(self, name, binary, *args):
-        log = open(os.path.join(self.workdir, "log", f"{name}.out"), "ab")  # noqa: SIM115
+        log = open(os.path.join(self.workdir, "log", f"{name}.out"), "ab")
         try:
             # A session of its own: a signal to the test's process group
             # (a timeout's) must not reach the daemons.

@@ -65,7 +65,7 @@ class NamedConnection:
     def __getattr__(self, attr):
         return getattr(self._conn, attr)
 
-    def getHostname(self):  # noqa: N802 - libvirt's name
+    def getHostname(self):
         return self._name
 
 
@@ -351,7 +351,7 @@ def test_the_daemon_on_a_host_whose_guests_live_in_the_pool(tmp_path, ceph, plac
         f"[libvirt]\nimages_type = rbd\nimages_rbd_pool = {POOL}\n"
         f"images_rbd_ceph_conf = {ceph.conf_path}\nrbd_connect_timeout = 2\n",
     )
-    log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115 - closed below
+    log = open(tmp_path / "agent.log", "wb")
     agent = subprocess.Popen(
         [RTAGENT, "--config-file", str(conf), "run"], stdout=log, stderr=subprocess.STDOUT
     )
