@@ -14,25 +14,7 @@ for pkg in "${want[@]}"; do
         || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "setup-ceph: need root to install ${need[*]} (or install them first)" >&2
-        exit 1
-    fi
-    echo "setup-ceph: installing ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # policy-rc.d keeps the maintainer scripts from starting system daemons
-    # on machines with an init system: ours are started privately.
-    policy=/usr/sbin/policy-rc.d
-    created_policy=0
-    if [ ! -e "$policy" ]; then
-        printf '#!/bin/sh\nexit 101\n' > "$policy"
-        chmod 755 "$policy"
-        created_policy=1
-    fi
-    cleanup() { if [ "$created_policy" -eq 1 ]; then rm -f "$policy"; fi; }
-    trap cleanup EXIT
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    "$top/tools/apt-install.sh" setup-ceph "${need[@]}"
 fi
 
 # Debian builds the bindings for its own /usr/bin/python3 (3.11 on Debian
