@@ -78,6 +78,19 @@ def moves(desired, view, ops):
     return found
 
 
+def _holders(client, found):
+    """The consumers that hold a class of ``found`` on its source."""
+    by_source = {}
+    for move in found:
+        by_source.setdefault(move.source, []).append(move)
+    consumers = set()
+    for source, source_moves in by_source.items():
+        _, allocs = client.get_provider_allocations(source)
+        classes = {m.resource_class for m in source_moves}
+        consumers |= {c for c, res in allocs.items() if classes & set(res)}
+    return consumers
+
+
 def _sharing_holders(desired, view, rc, source):
     """The sharing providers of ``desired`` that already hold ``rc`` in
     Placement: a host that joins a shared disk pool another host created
@@ -92,21 +105,18 @@ def _sharing_holders(desired, view, rc, source):
     return found
 
 
-def moved_allocations(client, found):
+def moved_allocations(client, found, consumers=None):
     """The new allocations of every consumer that ``found`` affects.
 
     One GET per source provider and one per affected consumer.
 
+    :param consumers: the consumers to move, when the caller knows them
+        (then the source providers are not read); None: every consumer
+        that holds a moved class on a source.
     :returns: {consumer: PUT /allocations body with the moves applied}.
     """
-    by_source = {}
-    for move in found:
-        by_source.setdefault(move.source, []).append(move)
-    consumers = set()
-    for source, source_moves in by_source.items():
-        _, allocs = client.get_provider_allocations(source)
-        classes = {m.resource_class for m in source_moves}
-        consumers |= {c for c, res in allocs.items() if classes & set(res)}
+    if consumers is None:
+        consumers = _holders(client, found)
     bodies = {}
     for consumer in sorted(consumers):
         current = client.get_allocations(consumer)

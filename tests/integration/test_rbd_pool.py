@@ -282,7 +282,7 @@ def test_a_silent_then_stopped_cluster_keeps_the_last_figures(make_agent, operat
     assert a.tracker.snapshot().host.disk_pool.stale_since is None
 
 
-def test_hosts_moved_onto_the_pool_keep_their_allocations(make_agent, operator, ceph):
+def test_hosts_moved_onto_the_pool_and_back_keep_their_allocations(make_agent, operator, ceph):
     # Two hosts on local disk, each with a guest whose disk is on its root.
     guests = {}
     for name in ("cmp-a", "cmp-b"):
@@ -307,8 +307,10 @@ def test_hosts_moved_onto_the_pool_keep_their_allocations(make_agent, operator, 
     # Restarted on the pool: the first creates its provider (the class
     # appears there), the second joins it (the class is there already);
     # each one's guest disk moves by a reshape.
+    on_pool = {}
     for name in ("cmp-a", "cmp-b"):
-        make_agent(name).audit()
+        on_pool[name] = make_agent(name)
+        on_pool[name].audit()
     pool = None
     for consumer, root in guests.values():
         allocs = get(operator, f"/allocations/{consumer}")["allocations"]
@@ -319,6 +321,18 @@ def test_hosts_moved_onto_the_pool_keep_their_allocations(make_agent, operator, 
             "DISK_GB" not in get(operator, f"/resource_providers/{root}/inventories")["inventories"]
         )
     assert get(operator, f"/resource_providers/{pool}/usages")["usages"]["DISK_GB"] == 10
+
+    # cmp-a back to nova's layout: its guest's disk returns to its root;
+    # cmp-b's stays on the pool, which stays.
+    on_pool["cmp-a"].close()
+    make_agent("cmp-a", images_rbd_disk_on_each_root=True).audit()
+    consumer, root = guests["cmp-a"]
+    allocs = get(operator, f"/allocations/{consumer}")["allocations"]
+    assert {rp: a["resources"] for rp, a in allocs.items()} == {
+        root: {"VCPU": 1, "MEMORY_MB": 256, "DISK_GB": 5}
+    }
+    assert get(operator, f"/resource_providers/{root}/aggregates")["aggregates"] == []
+    assert get(operator, f"/resource_providers/{pool}/usages")["usages"]["DISK_GB"] == 5
 
 
 def test_nova_layout_puts_the_cluster_on_each_root(make_agent, operator, ceph):

@@ -17,6 +17,8 @@ wrong about a consumer of its own node. Each such correction is a pass:
                        not count (left out, attached, detached)
 :mod:`.pool_usage`     other hosts' DISK_GB on a shared disk pool, counted
                        by this node's claims as Placement counts it
+:mod:`.pool_return`    this node's guests' DISK_GB moved from a shared pool's
+                       provider back to the root (nova's layout again)
 =====================  ===================================================
 
 Every pass has the same shape: ``run(node)`` with a :class:`SyncedNode`,
@@ -39,6 +41,7 @@ import dataclasses
 from rtagent.placement.passes.heal import HealPass
 from rtagent.placement.passes.pci_devices import PciDevicePass
 from rtagent.placement.passes.pinned_vcpus import PinnedVcpuPass
+from rtagent.placement.passes.pool_return import PoolReturnPass
 from rtagent.placement.passes.pool_usage import PoolUsagePass
 from rtagent.placement.passes.unknown import UnknownConsumerPass
 
@@ -102,6 +105,7 @@ def standard(client, *, heal_budget=None, checked=None, unknown_after=0.0, clock
         PinnedVcpuPass(client),
         PciDevicePass(client),
         PoolUsagePass(client),
+        PoolReturnPass(client),
     )
 
 
@@ -109,6 +113,7 @@ __all__ = [
     "HealPass",
     "PciDevicePass",
     "PinnedVcpuPass",
+    "PoolReturnPass",
     "PoolUsagePass",
     "SyncedNode",
     "UnknownConsumerPass",
