@@ -11,6 +11,7 @@ consumers are other hosts': they are never reported as unknown here
 """
 
 from rtagent.resources import DISK_GB
+from rtagent.tracker import pooldisk
 from rtagent.tracker.pooldisk import PoolUsage
 
 
@@ -23,16 +24,17 @@ class PoolUsagePass:
         self._usage = None
 
     def run(self, node):
-        pool = next((p for p in node.tree if p.sharing and DISK_GB in p.inventories), None)
-        if pool is None:
-            return node
-        seen = node.view.get(pool.uuid)
+        snapshot = node.tracker.snapshot()
+        # The node's own disk pool only: a virt driver's other sharing
+        # providers are not what its claims count DISK_GB against.
+        pool = pooldisk.shared(snapshot.host)
+        seen = node.view.get(pool.provider_uuid) if pool is not None else None
         if seen is None:
             return node
-        known = node.tracker.snapshot().known_consumers
-        key = (pool.uuid, seen.generation, known)
+        known = snapshot.known_consumers
+        key = (pool.provider_uuid, seen.generation, known)
         if key != self._read:
-            _, allocs = self._client.get_provider_allocations(pool.uuid)
+            _, allocs = self._client.get_provider_allocations(pool.provider_uuid)
             others = sum(res.get(DISK_GB, 0) for c, res in allocs.items() if c not in known)
             inv = seen.inventories.get(DISK_GB)
             self._usage = PoolUsage(
