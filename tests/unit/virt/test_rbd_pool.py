@@ -134,7 +134,7 @@ def test_a_view_with_the_shared_pool():
 
 
 def test_a_pool_never_read_fails_the_reading():
-    with pytest.raises(errors.HostReadError, match="RBD pool 'vms'.*refused"):
+    with pytest.raises(errors.HostReadError, match=r"RBD pool 'vms'.*refused"):
         driver.with_pool(VIEW, watch.Reading(error="refused"), "vms", shared=True)
 
 
