@@ -51,3 +51,5 @@ if [ ! -f "$stamp" ] || [ "$top/pyproject.toml" -nt "$stamp" ]; then
     touch "$stamp"
 fi
 "$top/tools/setup-postgres.sh"
+# A private Ceph cluster for the RBD tests, its bindings linked into the venv.
+RTAGENT_VENV=$venv "$top/tools/setup-ceph.sh"

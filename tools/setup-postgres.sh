@@ -7,14 +7,7 @@
 set -euo pipefail
 
 if [ ! -x /usr/lib/postgresql/15/bin/initdb ]; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "setup-postgres: need root to install postgresql" >&2
-        exit 1
-    fi
-    echo "setup-postgres: installing postgresql"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+    "$(dirname "$0")/apt-install.sh" setup-postgres postgresql
 fi
 
 # The driver Placement uses for PostgreSQL (psycopg2-binary) is a test extra

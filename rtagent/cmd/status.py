@@ -179,6 +179,7 @@ def render(report):
             lines.append(f"    untracked {dom['name']} {dom['uuid']}")
         for inst in drift["missing_instances"]:
             lines.append(f"    missing {inst}")
+        lines.extend(_pool_lines(node.get("disk_pool")))
         lines.extend(_numa_lines(node.get("numa")))
         lines.extend(_pci_lines(node.get("pci"), held))
         lines.extend(_sync_lines(node, node.get("generated_at") or time.time()))
@@ -187,6 +188,34 @@ def render(report):
 
 def _number(value):
     return "-" if value is None else f"{value:g}"
+
+
+def _pool_lines(pool):
+    """The guests' disk pool: where DISK_GB comes from, and whether the
+    figures are the cluster's now or the last ones it gave."""
+    if not pool:
+        return []
+    where = (
+        f"shared provider {pool['provider_uuid']}"
+        if pool["shared"]
+        else "each host's root (nova's way)"
+    )
+    lines = [
+        f"  disk pool: RBD {pool['pool']}, DISK_GB on {where}: {pool['total_gb']} GiB, "
+        f"{pool['used_gb']} GiB stored"
+        + (f", {pool['others_gb']} GiB allocated by other hosts" if pool.get("others_gb") else "")
+    ]
+    if pool["stale"]:
+        lines.append(
+            f"    STALE since {_local_time(pool['stale_since'])}: {pool['error']}; "
+            "the last figures stay in force and nothing is written for the pool"
+        )
+    lines.append(
+        f"    instance disks in the pool: {pool['instance_disks_here']} of this node's "
+        f"instances, {pool['instance_disks_elsewhere']} of others; "
+        f"{pool['other_images']} other image(s)"
+    )
+    return lines
 
 
 def _numa_lines(numa):

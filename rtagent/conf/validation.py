@@ -6,6 +6,7 @@ value stops the agent before it touches anything, with one line that names
 the option.
 """
 
+import importlib.util
 import os
 import re
 import urllib.parse
@@ -60,7 +61,11 @@ def validate(conf, uri_validator=None):
         if conf[name] <= 0:
             raise ConfigError(group="DEFAULT", option=name, reason=f"{conf[name]} must be > 0")
     _check_directory("DEFAULT", "state_path", conf.state_path)
+    # Checked with rbd too: nova keeps each guest's console log and disk
+    # info there, and the libvirt driver measures it.
     _check_instances_path(conf.libvirt.instances_path)
+    if conf.libvirt.images_type == "rbd":
+        _check_rbd(conf)
     _check_placement(conf)
     if uri_validator is not None:
         try:
@@ -130,6 +135,36 @@ def _read(conf, group, name):
         if "is not valid: " in reason:
             reason = "invalid value: " + reason.split("is not valid: ", 1)[1]
         raise ConfigError(group=group, option=name, reason=reason) from exc
+
+
+def _check_rbd(conf):
+    """images_type = rbd: a pool named, a readable ceph.conf, and the Ceph
+    bindings importable (without them no reading can ever succeed)."""
+    if not (conf.libvirt.images_rbd_pool or "").strip():
+        raise ConfigError(
+            group="libvirt",
+            option="images_rbd_pool",
+            reason="must name the pool of the guests' disks with images_type = rbd",
+        )
+    path = libvirt.ceph_conf(conf)
+    reason = None
+    if not os.path.isabs(path):
+        reason = "must be an absolute path"
+    elif not os.path.isfile(path):
+        reason = "does not exist" if not os.path.exists(path) else "is not a regular file"
+    elif not os.access(path, os.R_OK):
+        reason = "is not readable by this user"
+    if reason:
+        raise ConfigError(
+            group="libvirt", option="images_rbd_ceph_conf", reason=f"{path}: {reason}"
+        )
+    if importlib.util.find_spec("rados") is None or importlib.util.find_spec("rbd") is None:
+        raise ConfigError(
+            group="libvirt",
+            option="images_type",
+            reason="rbd needs the Ceph Python bindings (python3-rados, python3-rbd; "
+            "tools/setup-ceph.sh links them into a virtualenv)",
+        )
 
 
 def _check_instances_path(path):

@@ -11,6 +11,7 @@ devices) and driver traits plug in through ``children`` and ``driver_traits``.
 
 import os_traits
 
+from rtagent.placement import shared_pool
 from rtagent.placement.tree import Provider, ProviderTree
 from rtagent.resources import ROOT_CLASSES, STANDARD_CLASSES, Inventory, frozen_map
 from rtagent.tracker import ledger, untracked
@@ -71,7 +72,10 @@ def desired_tree(snapshot, children=(), driver_traits=frozenset(), managed_trait
     root = root_provider(snapshot, driver_traits, managed_traits)
     reported = getattr(snapshot.host, "providers", ()) if snapshot.host else ()
     root, extra = driver_providers(root, reported)
-    return ProviderTree((root, *children, *extra))
+    pool = shared_pool.pool_provider(snapshot)
+    if snapshot.host is not None:
+        root = shared_pool.joined(root, snapshot)
+    return ProviderTree((root, *children, *extra, *((pool,) if pool else ())))
 
 
 def driver_providers(root, reported):

@@ -8,7 +8,10 @@ one transaction, checked against every provider and consumer generation.
 
 The rule here is deliberately simple: a resource class that leaves provider
 A and appears on exactly one provider B of the desired tree that did not
-have it moves from A to B, allocation by allocation, amount unchanged. Any
+have it moves from A to B, allocation by allocation, amount unchanged.
+When no provider gains it, a sharing provider of the desired tree that
+already has it is B (a host joining a shared disk pool that another host
+published first: ``docs/rbd.md``). Any
 other layout change with allocations on it is refused with
 :class:`~rtagent.placement.errors.ReshapeUnsupported`.
 
@@ -64,6 +67,8 @@ def moves(desired, view, ops):
             continue
         for rc in sorted(set(before.inventories) - set(invs)):
             dests = [d for d in gained.get(rc, ()) if d != uuid and d in desired]
+            if not dests:
+                dests = _sharing_holders(desired, view, rc, uuid)
             if len(dests) > 1:
                 raise errors.ReshapeUnsupported(
                     resource_class=rc, uuid=uuid, destinations=len(dests)
@@ -73,13 +78,8 @@ def moves(desired, view, ops):
     return found
 
 
-def moved_allocations(client, found):
-    """The new allocations of every consumer that ``found`` affects.
-
-    One GET per source provider and one per affected consumer.
-
-    :returns: {consumer: PUT /allocations body with the moves applied}.
-    """
+def _holders(client, found):
+    """The consumers that hold a class of ``found`` on its source."""
     by_source = {}
     for move in found:
         by_source.setdefault(move.source, []).append(move)
@@ -88,6 +88,35 @@ def moved_allocations(client, found):
         _, allocs = client.get_provider_allocations(source)
         classes = {m.resource_class for m in source_moves}
         consumers |= {c for c, res in allocs.items() if classes & set(res)}
+    return consumers
+
+
+def _sharing_holders(desired, view, rc, source):
+    """The sharing providers of ``desired`` that already hold ``rc`` in
+    Placement: a host that joins a shared disk pool another host created
+    moves its guests' DISK_GB there, though the pool gains no class."""
+    found = []
+    for provider in desired:
+        if not provider.sharing or provider.uuid == source or rc not in provider.inventories:
+            continue
+        seen = view.get(provider.uuid)
+        if seen is not None and rc in seen.inventories:
+            found.append(provider.uuid)
+    return found
+
+
+def moved_allocations(client, found, consumers=None):
+    """The new allocations of every consumer that ``found`` affects.
+
+    One GET per source provider and one per affected consumer.
+
+    :param consumers: the consumers to move, when the caller knows them
+        (then the source providers are not read); None: every consumer
+        that holds a moved class on a source.
+    :returns: {consumer: PUT /allocations body with the moves applied}.
+    """
+    if consumers is None:
+        consumers = _holders(client, found)
     bodies = {}
     for consumer in sorted(consumers):
         current = client.get_allocations(consumer)

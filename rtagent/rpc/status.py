@@ -7,7 +7,7 @@ import time
 
 from rtagent.excerpt import escaped_tree, printable
 from rtagent.pci import pools
-from rtagent.placement import desired
+from rtagent.placement import desired, shared_pool
 from rtagent.tracker import untracked
 
 
@@ -69,6 +69,7 @@ def node_status(snapshot, sync=None, now=None):
             ],
         },
         "numa": _numa(snapshot),
+        "disk_pool": _disk_pool(snapshot),
         "pci": {
             "devices": len(snapshot.pci_devices),
             "pools": pools.as_nova_pools(pools.pools(snapshot.pci_devices)),
@@ -76,6 +77,35 @@ def node_status(snapshot, sync=None, now=None):
         },
         "sync": dict(sync) if sync else None,
         "generated_at": now,
+    }
+
+
+def _disk_pool(snapshot):
+    """The storage pool of the guests' disks (None without one): its
+    figures, whether they are stale and since when, and the instances of
+    this node whose disks are in it."""
+    pool = getattr(snapshot.host, "disk_pool", None) if snapshot.host is not None else None
+    if pool is None:
+        return None
+    mine = {i.uuid for i in snapshot.instances}
+    usage = snapshot.pool_usage
+    return {
+        "pool": pool.pool,
+        "shared": pool.shared,
+        "provider_uuid": pool.provider_uuid if pool.shared else None,
+        "aggregate_uuid": pool.aggregate_uuid if pool.shared else None,
+        "total_gb": pool.total_gb,
+        "used_gb": pool.used_gb,
+        "read_at": pool.read_at,
+        "stale": pool.stale_since is not None,
+        "stale_since": pool.stale_since,
+        "error": pool.error,
+        # Disks nova made in the pool for this node's instances: theirs,
+        # not untracked usage.
+        "instance_disks_here": len(mine & pool.instance_disks),
+        "instance_disks_elsewhere": len(pool.instance_disks - mine),
+        "other_images": pool.other_images,
+        "others_gb": usage.others_gb if usage is not None and pool.shared else None,
     }
 
 
@@ -120,11 +150,16 @@ def _resources(snapshot):
 def _published(snapshot):
     """resource class -> the root provider's inventory as the agent sends
     it to Placement (:func:`rtagent.placement.desired.root_provider`), a
-    ratio it leaves to Placement shown as the one it last read there."""
+    ratio it leaves to Placement shown as the one it last read there; a
+    shared disk pool's DISK_GB as it is sent to the pool's provider."""
     if snapshot.host is None or snapshot.policy is None:
         return {}
     found = {}
-    for rc, sent in desired.root_provider(snapshot).inventories.items():
+    sent_invs = dict(desired.root_provider(snapshot).inventories)
+    pool = shared_pool.pool_provider(snapshot)
+    if pool is not None:
+        sent_invs.update(pool.inventories)
+    for rc, sent in sent_invs.items():
         inv = sent
         if sent.allocation_ratio is None and rc in snapshot.inventories:
             inv = dataclasses.replace(

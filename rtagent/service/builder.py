@@ -113,19 +113,45 @@ def libvirt_driver(conf, observer=None, on_change=None, opener=None):
     # config generator, unit tests of the core) do not need libvirt.
     from rtagent.virt.libvirt.driver import LibvirtDriver
 
-    return LibvirtDriver(
-        conf.libvirt.connection_uri,
-        conf.libvirt.instances_path,
-        cpu_shared_set=conf.compute.cpu_shared_set,
-        cpu_dedicated_set=conf.compute.cpu_dedicated_set,
-        reserved_huge_pages=hugepages.parse(conf.reserved_huge_pages),
-        cpu_metrics=default_conf.cpu_monitor_enabled(conf.compute_monitors),
-        # libvirt's event loop must be registered before the first open;
-        # lifecycle events then call on_change (an early audit).
-        events=True,
-        on_change=on_change,
-        observer=observer,
-        opener=opener,
+    return with_disk_pool(
+        conf,
+        LibvirtDriver(
+            conf.libvirt.connection_uri,
+            conf.libvirt.instances_path,
+            cpu_shared_set=conf.compute.cpu_shared_set,
+            cpu_dedicated_set=conf.compute.cpu_dedicated_set,
+            reserved_huge_pages=hugepages.parse(conf.reserved_huge_pages),
+            cpu_metrics=default_conf.cpu_monitor_enabled(conf.compute_monitors),
+            # libvirt's event loop must be registered before the first open;
+            # lifecycle events then call on_change (an early audit).
+            events=True,
+            on_change=on_change,
+            observer=observer,
+            opener=opener,
+        ),
+    )
+
+
+def with_disk_pool(conf, driver):
+    """``driver``, reading DISK_GB from the Ceph pool when ``[libvirt]
+    images_type = rbd`` (the daemon's libvirt driver and the embedded
+    agent's nova driver alike), else ``driver`` itself."""
+    if conf.libvirt.images_type != "rbd":
+        return driver
+    from rtagent.conf import libvirt as libvirt_conf
+    from rtagent.virt.rbd import cluster, watch
+    from rtagent.virt.rbd.driver import RbdPoolDriver
+
+    pool = conf.libvirt.images_rbd_pool
+    timeout = conf.libvirt.rbd_connect_timeout
+    reader = cluster.PoolReader(
+        libvirt_conf.ceph_conf(conf), pool, user=conf.libvirt.rbd_user, timeout=timeout
+    )
+    return RbdPoolDriver(
+        driver,
+        watch.PoolWatch(reader, timeout=timeout),
+        pool,
+        shared=not conf.libvirt.images_rbd_disk_on_each_root,
     )
 
 

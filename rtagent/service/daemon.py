@@ -276,6 +276,12 @@ class Daemon:
             snap = tracker.snapshot()
             if snap.unavailable:
                 reasons.append(f"node {snap.node_uuid}: {snap.unavailable}")
+            pool = getattr(snap.host, "disk_pool", None) if snap.host is not None else None
+            if pool is not None and pool.stale_since is not None:
+                reasons.append(
+                    f"node {snap.node_uuid}: the RBD pool {pool.pool} reading is stale since "
+                    f"{_iso(pool.stale_since)} ({pool.error}); its last figures stay in force"
+                )
         return reasons
 
     def _rpc_problem(self):
@@ -554,3 +560,8 @@ def _failure_code(exc):
         cause = str(exc.kwargs.get("last_error") or "").split(":", 1)[0].strip()
         code = cause or code
     return code
+
+
+def _iso(wall):
+    """Wall-clock seconds as UTC ISO 8601, for health reasons."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))

@@ -44,15 +44,20 @@ def fit_context(state, count_untracked):
     if state.unavailable is not None:
         raise errors.HostUnavailable(node=state.node_uuid, reason=state.unavailable)
     extra = tuple(state.drift.untracked_usage()) if count_untracked else ()
+    # Other hosts' allocations on a shared disk pool count as used, as
+    # Placement counts them (never as reserved: the ratio applies to both).
+    pool = state.pool_others()
     if not extra:
-        return FitContext(inventories=state.inventories, offered=state.offered)
+        return FitContext(inventories=state.inventories, extra_usage=pool, offered=state.offered)
     # Checked as Placement checks it when reserved: reserved, not used
     # (never both). get_status shows the same (rtagent.rpc.status).
     invs, counted = untracked.checked(
         state.inventories, ledger.usage([], extra), state.policy.reserve_untracked
     )
     return FitContext(
-        inventories=frozen_map(invs), extra_usage=extra if counted else (), offered=state.offered
+        inventories=frozen_map(invs),
+        extra_usage=(extra if counted else ()) + pool,
+        offered=state.offered,
     )
 
 

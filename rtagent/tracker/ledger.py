@@ -109,7 +109,9 @@ def host_totals(host):
         VCPU: vcpus,
         PCPU: len(dedicated or ()),
         MEMORY_MB: host.memory_mb,
-        DISK_GB: host.local_gb,
+        # A pool shared by several hosts is published once, on a sharing
+        # provider (rtagent.tracker.pooldisk), never on the root.
+        DISK_GB: 0 if getattr(host, "disk_pool", None) and host.disk_pool.shared else host.local_gb,
     }
 
 

@@ -309,6 +309,9 @@ class NodeSnapshot:
     :param numa_cells: the node's NUMA cells
         (:class:`~rtagent.numa.model.HostCell`) with the usage of every
         claim and move held here: pinned CPUs, shared vCPUs, memory, pages.
+    :param pool_usage: a :class:`rtagent.tracker.pooldisk.PoolUsage` (other
+        consumers' DISK_GB on a shared disk pool, counted in ``usage``), or
+        None.
     :param numa_lost: consumer -> pinned host CPUs its claim keeps that are
         no longer dedicated CPUs of their cell (for the operator).
     :param numa_claims: ``((consumer, NumaClaim), ...)``: every NUMA claim
@@ -355,6 +358,7 @@ class NodeSnapshot:
     )
     pci_devices: pcidevs.DeviceTable = dataclasses.field(default_factory=pcidevs.make_table)
     pci_held: tuple = ()
+    pool_usage: object = None
 
     @property
     def hypervisor_hostname(self):

@@ -24,7 +24,7 @@ from rtagent.numa import usage as numa_usage
 from rtagent.pci import devices as pcidevs
 from rtagent.pci import node as pci_node
 from rtagent.resources import STANDARD_CLASSES, frozen_map
-from rtagent.tracker import assigned, errors, fallback, ledger, pciholds, rows, stats
+from rtagent.tracker import assigned, errors, fallback, ledger, pciholds, pooldisk, rows, stats
 from rtagent.tracker.drift import Drift
 from rtagent.tracker.model import NodeSnapshot
 from rtagent.tracker.sums import InstanceSums
@@ -96,6 +96,9 @@ class NodeState:
     :param pending: instance UUID -> token of a standalone claim whose
         Placement write is in flight; other calls on it are refused with a
         retriable error until its caller settles it.
+    :param pool_usage: a :class:`~rtagent.tracker.pooldisk.PoolUsage`, what
+        other consumers hold on the shared disk pool as Placement last
+        said, or None (no shared pool, or not read yet).
     :param deleted: the released instances that were released as deleted
         (``update_instance`` with ``vm_state`` ``deleted``): gone for good,
         so healing removes their allocations at its first look instead of
@@ -131,6 +134,7 @@ class NodeState:
     pci_devices: pcidevs.DeviceTable = _NO_PCI_DEVICES
     pci_held: tuple = ()
     pending: types.MappingProxyType = dataclasses.field(default_factory=_empty)
+    pool_usage: pooldisk.PoolUsage | None = None
     sums: InstanceSums | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -235,6 +239,11 @@ class NodeState:
                 ids.setdefault(rc, set()).update(idents)
         return ids
 
+    def pool_others(self):
+        """What other hosts' consumers hold on the shared disk pool, as
+        extra usage (``()`` without one)."""
+        return pooldisk.others(self.host, self.pool_usage)
+
     def with_inputs(self, **fields):
         """Replace host, policy, PCI options or Placement ratios and
         re-derive what claims are checked against: inventories, NUMA cells,
@@ -255,8 +264,11 @@ class NodeState:
             state = fallback.pinned_as_pcpu(state)
         return state.replace(
             **self._pci_fields(state),
-            inventories=frozen_map(
-                ledger.inventories(state.host, state.policy, state.placement_ratios)
+            inventories=pooldisk.with_pool(
+                frozen_map(ledger.inventories(state.host, state.policy, state.placement_ratios)),
+                state.host,
+                state.policy,
+                state.pool_usage,
             ),
             numa_cells=cells,
             numa_pins=self._numa_pins(state.host, cells),
@@ -526,7 +538,9 @@ def snapshot_of(state, count_untracked):
         node_uuid=state.node_uuid,
         host=state.host,
         inventories=state.inventories,
-        usage=frozen_map(ledger.usage(held, extra)),
+        # Other hosts' allocations on a shared pool are used, not untracked.
+        usage=frozen_map(ledger.usage(held, tuple(extra) + state.pool_others())),
+        pool_usage=state.pool_usage,
         instances=instances,
         policy=state.policy,
         migrations=tuple(state.migrations[u] for u in sorted(state.migrations)),

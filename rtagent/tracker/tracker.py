@@ -326,6 +326,15 @@ class Tracker:
             "set_placement_ratios", None, lambda state: state.with_inputs(placement_ratios=ratios)
         )
 
+    def set_pool_usage(self, usage):
+        """Record what Placement holds on the node's shared disk pool for
+        other consumers (a :class:`~rtagent.tracker.pooldisk.PoolUsage`):
+        claims count it as used, as Placement does. Not stored: after a
+        restart the first sync reads it again before RPC starts."""
+        if usage == self._state.pool_usage:
+            return  # the steady state: no lock
+        self._update("set_pool_usage", None, lambda state: state.with_inputs(pool_usage=usage))
+
     def set_policy(self, policy):
         """Apply new reserved amounts / ratios (config reload)."""
         self._update("set_policy", None, lambda state: state.with_inputs(policy=policy))

@@ -153,6 +153,43 @@ class ProviderFacts:
     managed_aggregates: frozenset = frozenset()
 
 
+@dataclasses.dataclass(frozen=True)
+class DiskPool:
+    """A storage pool that holds the guests' disks instead of the
+    instances path (Ceph RBD, nova's ``images_type = rbd``).
+
+    :param pool: the pool's name.
+    :param shared: DISK_GB is published once, on a sharing provider that
+        every host using the pool joins through an aggregate; False: on
+        each host's root provider, as stock nova reports it.
+    :param provider_uuid, provider_name, aggregate_uuid: the sharing
+        provider and its aggregate (the same on every host of the pool).
+    :param total_gb: the sharing provider's DISK_GB total (floor GiB).
+    :param used_gb: GiB of data in the pool (ceil), for reporting.
+    :param instance_disks: UUIDs of the instances whose disks nova made in
+        the pool (``<uuid>_disk``), whichever host runs them.
+    :param other_images: how many images in the pool are no instance's.
+    :param stale_since: wall-clock time since which the cluster has not
+        answered (these figures are the last good ones); None while fresh.
+    :param error: why the last reading failed, or None.
+    :param read_at: wall-clock time of the figures (left out of
+        comparisons: a new reading of the same figures changes nothing).
+    """
+
+    pool: str
+    shared: bool
+    provider_uuid: str
+    provider_name: str
+    aggregate_uuid: str
+    total_gb: int
+    used_gb: int
+    instance_disks: frozenset = frozenset()
+    other_images: int = 0
+    stale_since: float | None = None
+    error: str | None = None
+    read_at: float | None = dataclasses.field(default=None, compare=False)
+
+
 # nova's MonitorMetric names whose value is an integer percent (0..100) that
 # nova reports as a fraction (value / 100.0) in MonitorMetric.to_dict().
 PERCENT_METRICS = frozenset(
@@ -253,6 +290,8 @@ class HostView:
         device spec says may be assigned; NIC functions carry their
         interface name. ``()`` when the driver does not discover PCI devices
         (the nova integration, a libvirt without node devices).
+    :param disk_pool: a :class:`DiskPool` when the guests' disks live in a
+        storage pool (then ``local_gb`` is the pool's size), else None.
     """
 
     hypervisor_hostname: str
@@ -281,4 +320,5 @@ class HostView:
     driver_allocations: str | None = None
     node_uuid: str | None = None
     pci_devices: tuple = ()
+    disk_pool: DiskPool | None = None
     metrics: tuple = dataclasses.field(default=(), compare=False)

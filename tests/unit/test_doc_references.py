@@ -29,7 +29,6 @@ DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 NOVA_OPTIONS = {
     ("DEFAULT", "instances_path"): "nova's; rtagent's is [libvirt] instances_path",
     ("filter_scheduler", "pci_in_placement"): "nova's scheduler option",
-    ("libvirt", "images_type"): "nova's image backend; not rtagent's (not built)",
     ("metrics", "weight_setting"): "nova's MetricsWeigher option",
     ("workarounds", "disable_fallback_pcpu_query"): "nova's; rtagent's is cpu_pinning_fallback",
     ("workarounds", "reserve_disk_resource_for_image_cache"): "nova's workaround option",

@@ -15,6 +15,10 @@ wrong about a consumer of its own node. Each such correction is a pass:
                        moved to PCPU
 :mod:`.pci_devices`    PCI devices a claim holds that its allocation does
                        not count (left out, attached, detached)
+:mod:`.pool_usage`     other hosts' DISK_GB on a shared disk pool, counted
+                       by this node's claims as Placement counts it
+:mod:`.pool_return`    this node's guests' DISK_GB moved from a shared pool's
+                       provider back to the root (nova's layout again)
 =====================  ===================================================
 
 Every pass has the same shape, :class:`AllocationPass`: ``run(node)`` with a :class:`SyncedNode`,
@@ -38,6 +42,8 @@ import typing
 from rtagent.placement.passes.heal import HealPass
 from rtagent.placement.passes.pci_devices import PciDevicePass
 from rtagent.placement.passes.pinned_vcpus import PinnedVcpuPass
+from rtagent.placement.passes.pool_return import PoolReturnPass
+from rtagent.placement.passes.pool_usage import PoolUsagePass
 from rtagent.placement.passes.unknown import UnknownConsumerPass
 
 
@@ -127,6 +133,8 @@ def standard(client, *, heal_budget=None, checked=None, unknown_after=0.0, clock
         unknown,
         PinnedVcpuPass(client),
         PciDevicePass(client),
+        PoolUsagePass(client),
+        PoolReturnPass(client),
     )
     return Passes(order, unknown)
 
@@ -137,6 +145,8 @@ __all__ = [
     "Passes",
     "PciDevicePass",
     "PinnedVcpuPass",
+    "PoolReturnPass",
+    "PoolUsagePass",
     "SyncedNode",
     "UnknownConsumerPass",
     "standard",

@@ -23,6 +23,13 @@ import time
 LOG = logging.getLogger(__name__)
 
 
+def pool_provider_uuids(snapshot):
+    """The sharing providers of the node's disk pool (other hosts'
+    consumers hold allocations there)."""
+    pool = getattr(snapshot.host, "disk_pool", None) if snapshot.host is not None else None
+    return frozenset({pool.provider_uuid}) if pool is not None else frozenset()
+
+
 def unknown_consumers(client, providers, known):
     """Allocations on ``providers`` held by consumers not in ``known``.
 
@@ -285,7 +292,10 @@ class UnknownConsumerPass:
         not know (see :class:`AllocationIndex` for what it reads; ``full``:
         every provider's allocations). :returns: {consumer: allocations}."""
         marks = consumer_marks(tracker.snapshot())
-        found = self._index.unknown(view.generations(), marks, full=full)
+        # A shared pool's provider holds other hosts' consumers: theirs.
+        shared = pool_provider_uuids(tracker.snapshot())
+        generations = {u: g for u, g in view.generations().items() if u not in shared}
+        found = self._index.unknown(generations, marks, full=full)
         # A claim that arrived while we read is known now.
         known = tracker.snapshot().known_consumers
         return {c: a for c, a in found.items() if c not in known}

@@ -1,0 +1,98 @@
+"""A host driver whose guests' disks live in a Ceph pool: another driver's
+reading (libvirt's) with DISK_GB taken from the pool instead of the
+instances path's filesystem.
+
+The pool is read after the hypervisor, outside any tracker lock, in
+bounded time (:mod:`.watch`); claims never wait for it.
+"""
+
+import dataclasses
+
+from rtagent.virt import driver, errors, host
+from rtagent.virt.rbd import figures as figmod
+
+
+class RbdPoolDriver(driver.HostDriver):
+    """``inner``'s readings with the pool's DISK_GB.
+
+    :param inner: the host driver that reads the hypervisor.
+    :param watch: a :class:`~.watch.PoolWatch` of the pool.
+    :param pool: the pool's name (for messages before a first reading).
+    :param shared: publish the pool once, on a sharing provider (see
+        :class:`rtagent.virt.host.DiskPool`); False: on each root as nova.
+    """
+
+    def __init__(self, inner, watch, pool, shared=True):
+        self._inner = inner
+        self._watch = watch
+        self._pool = pool
+        self._shared = shared
+
+    def read_host(self):
+        return self.read_nodes()[0]
+
+    def read_nodes(self):
+        """Every node of ``inner`` with the pool's figures.
+
+        :raises HostReadError: the pool was never read since the start: the
+            node's disk is unknown, so no claim is checked against a guess.
+        """
+        views = self._inner.read_nodes()
+        reading = self._watch.read()
+        return [with_pool(view, reading, self._pool, self._shared) for view in views]
+
+    @property
+    def managed_traits(self):
+        return self._inner.managed_traits
+
+    def published(self, node_uuid, tree):
+        self._inner.published(node_uuid, tree)
+
+    def close(self):
+        self._inner.close()
+
+    def __getattr__(self, name):
+        # The rest of the inner driver's surface (call counts, availability)
+        # is the hypervisor's, unchanged.
+        return getattr(self._inner, name)
+
+
+def with_pool(view, reading, pool, shared):
+    """``view`` with the pool's disk figures from ``reading`` (pure).
+
+    :raises HostReadError: ``reading`` has no figures yet.
+    """
+    found = reading.figures
+    if found is None:
+        raise errors.HostReadError(
+            what=f"the RBD pool {pool!r}", reason=reading.error or "not read yet"
+        )
+    free_gb = found.max_avail // figmod.GIB
+    state = host.DiskPool(
+        pool=found.pool,
+        shared=shared,
+        provider_uuid=figmod.provider_uuid(found.fsid, found.pool),
+        provider_name=figmod.provider_name(found.fsid, found.pool),
+        aggregate_uuid=figmod.aggregate_uuid(found.fsid, found.pool),
+        total_gb=found.capacity_gb,
+        used_gb=found.used_gb,
+        instance_disks=frozenset(found.instance_disks()),
+        other_images=len(found.other_images()),
+        stale_since=reading.stale_since,
+        error=reading.error,
+        read_at=reading.read_at,
+    )
+    if shared:
+        local_gb, used_gb = found.capacity_gb, found.used_gb
+    else:
+        # Stock nova's libvirt driver on RBD: the cluster's raw size and the
+        # pool's raw usage, on every host.
+        local_gb, used_gb = found.nova_total_gb, found.nova_used_gb
+    return dataclasses.replace(
+        view,
+        local_gb=local_gb,
+        local_gb_used=used_gb,
+        # nova's figure on RBD: the pool's free space (no local disk grows).
+        disk_available_least=free_gb,
+        disk_pool=state,
+    )
