@@ -233,10 +233,11 @@ class UnknownConsumerPass:
         self._report = ConsumerReport()
         self._confirm_after = confirm_after
         self._clock = clock or time.monotonic
-        # Candidates found unknown and not yet reported -> when a check
-        # first found them (the clock's seconds), and the root generation
-        # the last check saw: the check runs again when it moves, or at an
-        # audit once a candidate is due.
+        # Candidates found unknown and not yet reported -> when an audit
+        # first found them (the clock's seconds; None while only prompt
+        # syncs have), and the root generation the last check saw: the
+        # check runs again when it moves, or at an audit once a candidate
+        # is due.
         self._candidates = {}
         self._generation = None
         # A restart resumes from the last clean check: with the root's
@@ -259,9 +260,11 @@ class UnknownConsumerPass:
             return node
         now = self._clock()
         # Candidates are looked at again at the first audit they are due
-        # at, even if nothing moved; otherwise only when the generation
-        # moves.
-        due = node.audit and any(self._due(first, now) for first in self._candidates.values())
+        # at (or that has not seen them yet), even if nothing moved;
+        # otherwise only when the generation moves.
+        due = node.audit and any(
+            first is None or self._due(first, now) for first in self._candidates.values()
+        )
         if self._generation == root.generation and not due:
             return node
         found = self.find(node.tracker, node.view)
@@ -272,7 +275,13 @@ class UnknownConsumerPass:
             if c in reported
             or (node.audit and c in self._candidates and self._due(self._candidates[c], now))
         }
-        self._candidates = {c: self._candidates.get(c, now) for c in found if c not in confirmed}
+        # An audit's first sighting starts a candidate's time; a prompt
+        # sync's starts nothing (two audits must find it).
+        candidates = {}
+        for c in found.keys() - confirmed:
+            first = self._candidates.get(c)
+            candidates[c] = now if first is None and node.audit else first
+        self._candidates = candidates
         self._generation = root.generation
         self._report.update({c: found[c] for c in confirmed})
         record = {"generation": None if found else root.generation}
@@ -284,8 +293,9 @@ class UnknownConsumerPass:
         return node
 
     def _due(self, first, now):
-        """True once a candidate first found at ``first`` may be confirmed."""
-        return now - first >= self._confirm_after
+        """True once a candidate an audit first found at ``first`` (None:
+        no audit has yet) may be confirmed."""
+        return first is not None and now - first >= self._confirm_after
 
     def find(self, tracker, view, full=False):
         """Allocations on ``view``'s providers of consumers the node does

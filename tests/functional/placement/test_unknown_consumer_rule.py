@@ -58,6 +58,28 @@ def test_prompt_syncs_never_report_a_claim_about_to_arrive(
     assert warnings_about(caplog, arriving) == []
 
 
+def test_a_prompt_syncs_sighting_and_one_audit_report_nothing(
+    make_agent, make_conf, operator, caplog
+):
+    """Two audits must find it: a prompt sync's sighting starts nothing
+    (nova-compute's embedded agent, refresh interval 0: the source of a
+    resize sees the move's migration consumer at a prompt sync, and its
+    periodic's audit runs before the reconciliation that records the move
+    out; CI's tests/nova run reported it so)."""
+    agent = make_agent(make_conf(rtagent__placement_refresh_interval=0))
+    node = agent.audit().snapshot.node_uuid
+    caplog.set_level(logging.INFO)
+    leaving = str(uuid.uuid4())
+    put_allocation(operator, leaving, {node: RES})
+    another_claim(agent)
+    agent.sync_changed()  # a prompt sync finds it
+    agent.audit()  # the first audit to find it: a candidate only
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+    assert warnings_about(caplog, leaving) == []
+    agent.audit()  # the second: reported
+    assert agent.sync_status()[node]["unknown_consumers"] == [leaving]
+
+
 def test_two_audits_less_than_a_refresh_interval_apart_report_nothing(
     make_agent, make_conf, operator, caplog
 ):
