@@ -25,8 +25,8 @@ from tests.cloud.control import BIN, service_env
 
 FINAL = frozenset({"ACTIVE", "SHUTOFF", "VERIFY_RESIZE", "ERROR"})
 SETTLE_BOUND_S = 150
-AGREE_BOUND_S = 90
-GONE_BOUND_S = 60
+AGREE_BOUND_S = 60
+GONE_BOUND_S = 30
 POLL_S = 1.0
 
 
