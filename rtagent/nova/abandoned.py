@@ -40,18 +40,17 @@ def settle(context, records, reportclient):
     gave up on; :returns: the migration UUIDs settled. A failure (Placement
     down) is logged, and the next periodic tries again."""
     settled = []
-    for migration in records.moving:
-        if not _leaves(migration, records):
+    for listed in records.moving:
+        if not _leaves(listed, records):
             continue
-        if migration.status != "error" and not (
-            migration.status in _AT_SOURCE and migration.migration_type != "live-migration"
-        ):
+        if listed.status != "error" and listed.migration_type == "live-migration":
+            # nova's own reset sets a live migration it gave up on to error.
             continue
-        instance = _instance(context, migration.instance_uuid)
+        instance = _instance(context, listed.instance_uuid)
         if instance is None or not _stayed(instance, records):
             continue
         # Read after the instance: a move that went on meanwhile shows it here.
-        migration = _migration(context, migration.uuid)
+        migration = _migration(context, listed.uuid)
         if migration is None or not _leaves(migration, records):
             continue
         try:

@@ -138,7 +138,9 @@ def compute_kill_live_migration(run):
     watch = LogWatch(source.compute_service)
     source.gates.arm("live_migration")
     run.cloud.nova.action(uuid, "os-migrateLive", {"block_migration": "auto", "host": None})
-    _, line = wait_line([watch], gate_line("live_migration", uuid), "the live migration at its gate")
+    _, line = wait_line(
+        [watch], gate_line("live_migration", uuid), "the live migration at its gate"
+    )
     return line, restart(source.compute_service)
 
 
@@ -163,7 +165,7 @@ def placement_down(run):
     their gates (the destination prepared; the boots claimed), the gates
     opened at once, Placement started again after
     :data:`PLACEMENT_DOWN_S` s."""
-    source, other = run.hosts
+    source = run.hosts[0]
     mover = one_server(run, source.name, run.small)
     watches = {host.name: LogWatch(host.compute_service) for host in run.hosts}
     source.gates.arm("live_migration")

@@ -80,11 +80,22 @@ def settle(cloud, line, bound=SETTLE_BOUND_S):
     deadline = time.monotonic() + bound
     while True:
         servers = cloud.nova.servers()
-        stuck = [s for s in servers if s["status"] not in FINAL or s["OS-EXT-STS:task_state"]]
+        stuck = [s for s in servers if not _final(cloud, s)]
         if not stuck or time.monotonic() >= deadline:
             line.stuck = len(stuck)
             return servers
         time.sleep(POLL_S)
+
+
+def _final(cloud, server):
+    """A final state, and no task; a VERIFY_RESIZE whose confirmation or
+    revert is under way (nova shows that status until it ends) is not."""
+    if server["status"] not in FINAL or server["OS-EXT-STS:task_state"]:
+        return False
+    if server["status"] != "VERIFY_RESIZE":
+        return True
+    latest = cloud.nova.migrations(server["id"])[:1]
+    return not latest or latest[0]["status"] not in ("confirming", "reverting")
 
 
 def next_steps(cloud, line, servers, bound=90):
