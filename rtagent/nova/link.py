@@ -141,6 +141,11 @@ class RpcLink:
         :raises AgentUnreachable: the daemon did not answer.
         """
         om = transport.messaging()
+        # Where a call was sent and not answered, this line is the last
+        # word of it (a daemon killed mid-call; tests/faults waits for it).
+        LOG.debug(
+            "Calling %s on the rtagent daemon (instance %s)", method, args.get("instance_uuid")
+        )
         try:
             reply = self._client.call(method, **args)
         except (om.MessagingTimeout, om.MessageDeliveryFailure) as exc:

@@ -129,6 +129,8 @@ class PlacementServer:
         self.pid: int | None = None
         self.timings: dict[str, float] = {}
         self._proc: subprocess.Popen | None = None
+        # The port _launch binds (0: the OS chooses); start_again's.
+        self._bind_port = 0
         # How the last stop() ended the process: "SIGTERM", "SIGKILL" or
         # "exited" (it had already); None before one.
         self.stopped_by = None
@@ -190,6 +192,27 @@ class PlacementServer:
             self.timings["stop"] = time.monotonic() - t0
         if self._own_workdir and os.path.isdir(self.workdir):
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def start_again(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Start a stopped server again on the port it had, over the same
+        database (an outage its clients outlive: their endpoint holds).
+
+        :raises PlacementServerError: as :meth:`start`; also when it was
+            never started.
+        """
+        if self.port is None:
+            raise PlacementServerError("never started: no port to start again on")
+        if self._proc is not None:
+            raise PlacementServerError("already running")
+        self._bind_port = self.port
+        try:
+            self._launch()
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            self._bind_port = 0
 
     def pause(self) -> None:
         """SIGSTOP the process: connections are accepted by the kernel but not answered."""
@@ -277,6 +300,8 @@ class PlacementServer:
             "127.0.0.1",
             "--parent-pid",
             str(os.getpid()),
+            "--port",
+            str(self._bind_port),
         ]
         if self.request_log:
             cmd.append("--request-log")

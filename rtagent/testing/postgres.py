@@ -130,27 +130,60 @@ class Postgres:
                     "start",
                 ]
             )
-            with open(os.path.join(self._data, "postmaster.pid"), encoding="ascii") as f:
-                self.pid = int(f.readline())
-            self._watcher = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    _WATCHER,
-                    str(os.getpid()),
-                    str(self.pid),
-                    self._data,
-                    self.workdir,
-                    os.path.join(BIN_DIR, "pg_ctl"),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            self._watch()
         except BaseException:
             self.stop()
             raise
+
+    def restart(self):
+        """Restart the server as an operator does (``pg_ctl restart``, fast
+        mode: every client's connection is cut), on the same port and data.
+
+        :raises PostgresError: pg_ctl failed.
+        """
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.kill()
+            watcher.wait()
+        self._as_postgres(
+            # -l again: without it the server would write to pg_ctl's
+            # captured output, and the capture would wait for the server.
+            [
+                "pg_ctl",
+                "-D",
+                self._data,
+                "-l",
+                self.log_path,
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                str(START_TIMEOUT_S),
+                "restart",
+            ]
+        )
+        self._watch()
+
+    def _watch(self):
+        """The postmaster's PID read, and its watcher started."""
+        with open(os.path.join(self._data, "postmaster.pid"), encoding="ascii") as f:
+            self.pid = int(f.readline())
+        self._watcher = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _WATCHER,
+                str(os.getpid()),
+                str(self.pid),
+                self._data,
+                self.workdir,
+                os.path.join(BIN_DIR, "pg_ctl"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def create_database(self, name):
         self._as_postgres(

@@ -1,0 +1,1 @@
+"""The test cloud under faults (issue 50; ``make test-cloud-faults``)."""
