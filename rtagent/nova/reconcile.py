@@ -33,9 +33,8 @@ import logging
 
 from nova import exception, objects
 from nova.compute import vm_states
-from nova.scheduler.client import report
 
-from rtagent.nova import abandoned, arguments
+from rtagent.nova import arguments
 from rtagent.nova.link import AgentRefused
 
 LOG = logging.getLogger(__name__)
@@ -64,9 +63,7 @@ class NodeRecords:
     moving: object
 
 
-def reconcile(
-    link, context, records, *, adopt, depart, claiming=lambda uuid: False, reportclient=None
-):
+def reconcile(link, context, records, *, adopt, depart, claiming=lambda uuid: False):
     """Bring the agent's claims on ``records.cn`` to what nova's database
     says, by difference: one call reads the agent's claims and moves
     (``get_status``), and only what differs costs more: a move step for a
@@ -85,14 +82,8 @@ def reconcile(
     :param claiming: callable(instance UUID) -> True while a claim of it
         or its release is under way (its rows not written yet): such an
         instance is neither released nor claimed here.
-    :param reportclient: nova's Placement report client (default: nova's
-        process-wide one), for :func:`abandoned.settle`.
     """
     cn = records.cn
-    # A move nova gave up on at this source (its compute service killed
-    # mid-move) gets its books back first: set to error, the agents revert
-    # it below like any move that ended so.
-    abandoned.settle(context, records, reportclient or report.report_client_singleton())
     status = link.call("get_status", node_uuid=cn.uuid)
     held = set(status.get("instance_uuids") or ())
     known = {m["migration_uuid"] for m in status.get("moves") or ()}
