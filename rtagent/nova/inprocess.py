@@ -87,6 +87,13 @@ def agent_conf(nova_conf, host, state_path):
     return conf
 
 
+def register_nova_opts(nova_conf):
+    """Register on ``nova_conf`` the rtagent option the embedded agent reads
+    from nova.conf's ``[libvirt]`` beside nova's own (idempotent)."""
+    if "images_rbd_disk_on_each_root" not in nova_conf.libvirt:
+        nova_conf.register_opt(_ON_EACH_ROOT, group="libvirt")
+
+
 def _disk_pool_opts(nova_conf, conf):
     """nova.conf's ``[libvirt]`` RBD options, same names and meanings
     (docs/rbd.md), and rtagent's ``images_rbd_disk_on_each_root`` read from
@@ -97,8 +104,7 @@ def _disk_pool_opts(nova_conf, conf):
     :raises rtagent.conf.validation.ConfigError: with ``images_type = rbd``,
         no pool, an unreadable ceph.conf or no Ceph bindings (one line).
     """
-    if "images_rbd_disk_on_each_root" not in nova_conf.libvirt:
-        nova_conf.register_opt(_ON_EACH_ROOT, group="libvirt")
+    register_nova_opts(nova_conf)
     libvirt = nova_conf.libvirt
     if libvirt.images_type != "rbd":
         return

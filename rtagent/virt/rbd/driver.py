@@ -2,8 +2,9 @@
 reading (libvirt's) with DISK_GB taken from the pool instead of the
 instances path's filesystem.
 
-The pool is read after the hypervisor, outside any tracker lock, in
-bounded time (:mod:`.watch`); claims never wait for it.
+The pool is read at each audit, just before the hypervisor, outside any
+tracker lock, in bounded time (:mod:`.watch`); claims never wait for it (a
+node read alone at a claim takes the pool's last figures).
 """
 
 import dataclasses
@@ -39,8 +40,10 @@ class RbdPoolDriver(driver.HostDriver):
         :raises HostReadError: the pool was never read since the start: the
             node's disk is unknown, so no claim is checked against a guess.
         """
-        views = self._inner.read_nodes(**kwargs)
+        # The pool first: an inner driver handed the agent's figures while
+        # it reads (nova's, :meth:`bind`) gets them from this reading.
         reading = self._watch.read()
+        views = self._inner.read_nodes(**kwargs)
         return [with_pool(view, reading, self._pool, self._shared) for view in views]
 
     def read_node(self, nodename):
@@ -55,6 +58,20 @@ class RbdPoolDriver(driver.HostDriver):
         if view is None:
             return None
         return with_pool(view, self._watch.reading, self._pool, self._shared)
+
+    def bind(self, seed, allocations):
+        """An inner driver that is handed the agent's figures of the root
+        (nova's, :meth:`rtagent.nova.hostdriver.NovaHostDriver.bind`) gets
+        them computed with the pool's last figures: without, they would
+        carry the inner reading's DISK_GB, which the agent does not
+        publish, and nova's driver would be handed a root that is not the
+        one in Placement."""
+        reading = self._watch
+
+        def pooled(view):
+            return seed(with_pool(view, reading.reading, self._pool, self._shared))
+
+        self._inner.bind(seed=pooled, allocations=allocations)
 
     @property
     def managed_traits(self):

@@ -211,3 +211,24 @@ def test_a_node_read_alone_takes_the_last_figures_without_reading_the_pool():
     view = pool.read_node("cmp-a")
     assert view.local_gb == 45 and view.disk_pool.shared and len(reads) == 1
     assert pool.read_node("gone") is None
+
+
+def test_the_figures_handed_to_an_inner_driver_are_computed_with_the_pool():
+    # nova's driver is handed the agent's figures of the root: with the
+    # pool shared, the agent's view has the pool's disk, not the inner's.
+    bound = {}
+
+    class Binding(OneNodeDriver):
+        def bind(self, seed, allocations):
+            bound.update(seed=seed, allocations=allocations)
+
+    def read():
+        return figures.from_df(DF, FSID, "vms", IMAGES)
+
+    pool = driver.RbdPoolDriver(Binding(), watch.PoolWatch(read, timeout=5), "vms")
+    seen = []
+    pool.bind(seed=seen.append, allocations="allocations")
+    pool.read_nodes()
+    bound["seed"](VIEW)
+    assert bound["allocations"] == "allocations"
+    assert VIEW.local_gb == 900 and seen[0].local_gb == 45 and seen[0].disk_pool.shared
