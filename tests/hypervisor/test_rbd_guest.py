@@ -132,10 +132,14 @@ def test_a_guest_on_an_rbd_image(rbd_cloud, figures):
         stats, _ = pool_figures(ceph)
         total = cloud.placement.inventories(provider).get("DISK_GB", {}).get("total")
         want = (stats["stored"] + stats["max_avail"]) // GIB
-        return pool_status.get("instance_disks_here") == 1 and total == want and (
-            pool_status,
-            stats,
-            total,
+        return (
+            pool_status.get("instance_disks_here") == 1
+            and total == want
+            and (
+                pool_status,
+                stats,
+                total,
+            )
         )
 
     found = wait_for(agreed, "the agent's pool figures and ceph df", AGREE_BOUND_S, [host.agent])
