@@ -66,10 +66,9 @@ class RbdPoolDriver(driver.HostDriver):
         carry the inner reading's DISK_GB, which the agent does not
         publish, and nova's driver would be handed a root that is not the
         one in Placement."""
-        reading = self._watch
 
         def pooled(view):
-            return seed(with_pool(view, reading.reading, self._pool, self._shared))
+            return seed(with_pool(view, self._watch.reading, self._pool, self._shared))
 
         self._inner.bind(seed=pooled, allocations=allocations)
 
