@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Install Debian's Ceph (monitor, manager, OSD, CLI) and its Python bindings
-# for the RBD tests (rtagent.testing.ceph starts a private single-node
-# cluster by PID on loopback), then make the bindings importable from the
-# virtualenv. Idempotent: a second run only checks. Nothing is started here.
+# Install Debian's Ceph (monitor, manager, OSD, CLI), its Python bindings
+# and QEMU's rbd block driver (qemu-block-extra: a real guest's disk as an
+# RBD image, make test-hypervisor) for the RBD tests (rtagent.testing.ceph
+# starts a private single-node cluster by PID on loopback), then make the
+# bindings importable from the virtualenv (RTAGENT_VENV; setup-nova-env.sh
+# runs it again for .venv-nova, whose nova reads the pool through them).
+# Idempotent: a second run only checks. Nothing is started here.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 venv=${RTAGENT_VENV:-$top/.venv}
-want=(ceph-mon ceph-mgr ceph-osd ceph-common python3-rados python3-rbd)
+want=(ceph-mon ceph-mgr ceph-osd ceph-common python3-rados python3-rbd qemu-block-extra)
 need=()
 for pkg in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \

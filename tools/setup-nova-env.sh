@@ -80,3 +80,8 @@ if [ "$(cat "$samples_stamp" 2>/dev/null)" != "$nova_sdist_sha256" ]; then
         nova-34.0.0/doc/api_samples nova-34.0.0/doc/notification_samples
     echo "$nova_sdist_sha256" > "$samples_stamp"
 fi
+
+# The Ceph Python bindings: nova's RBD image backend (make test-hypervisor's
+# guest on RBD) and the embedded agent's pool reading (tests/nova) import
+# them. tools/setup-env.sh installed Debian's packages; this links them.
+RTAGENT_VENV=$venv "$top/tools/setup-ceph.sh"

@@ -65,7 +65,7 @@ def validate(conf, uri_validator=None):
     # info there, and the libvirt driver measures it.
     _check_instances_path(conf.libvirt.instances_path)
     if conf.libvirt.images_type == "rbd":
-        _check_rbd(conf)
+        check_rbd(conf)
     _check_placement(conf)
     if uri_validator is not None:
         try:
@@ -137,9 +137,14 @@ def _read(conf, group, name):
         raise ConfigError(group=group, option=name, reason=reason) from exc
 
 
-def _check_rbd(conf):
+def check_rbd(conf):
     """images_type = rbd: a pool named, a readable ceph.conf, and the Ceph
-    bindings importable (without them no reading can ever succeed)."""
+    bindings importable (without them no reading can ever succeed). Also
+    the embedded agent's check of what it takes from nova.conf
+    (:func:`rtagent.nova.inprocess.agent_conf`).
+
+    :raises ConfigError: the first of these that fails.
+    """
     if not (conf.libvirt.images_rbd_pool or "").strip():
         raise ConfigError(
             group="libvirt",

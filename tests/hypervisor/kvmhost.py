@@ -79,6 +79,7 @@ class KvmHost(Host):
                 "virt_type": virt_type(),
                 "cpu_mode": "none",
                 "connection_uri": self.libvirtd.uri,
+                **self._nova_libvirt_extra(),
             },
             "compute": {
                 "cpu_dedicated_set": CPU_DEDICATED_SET,
@@ -96,6 +97,10 @@ class KvmHost(Host):
                 "rpc_timeout": str(RPC_TIMEOUT_S),
             }
         self.control.write_nova_conf(self.nova_conf, self.name, self.nova_state, extra)
+
+    def _nova_libvirt_extra(self):
+        """More of nova.conf's ``[libvirt]`` (a host on RBD adds its pool)."""
+        return {}
 
     def start_on_rtagent(self):
         self.libvirtd.start()

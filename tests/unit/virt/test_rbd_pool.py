@@ -3,12 +3,13 @@ keeps the last good figures, and the view a driver makes of them. No
 cluster: ``ceph df`` answers as captured from the test cluster (Ceph
 16.2.15), readings scripted."""
 
+import dataclasses
 import threading
 
 import pytest
 
 from rtagent.virt import errors
-from rtagent.virt.host import HostView
+from rtagent.virt.host import HostView, ProviderFacts
 from rtagent.virt.rbd import driver, figures, watch
 
 GIB = 1024**3
@@ -143,3 +144,91 @@ def test_the_read_time_alone_changes_no_view():
     a = driver.with_pool(VIEW, watch.Reading(found, read_at=1.0), "vms", True)
     b = driver.with_pool(VIEW, watch.Reading(found, read_at=2.0), "vms", True)
     assert a == b
+
+
+def _facts(uuid, parent, records, seeded=None):
+    def rows(invs):
+        return tuple(sorted((rc, tuple(sorted(rec.items()))) for rc, rec in invs.items()))
+
+    return ProviderFacts(
+        uuid=uuid,
+        name=uuid,
+        parent_uuid=parent,
+        inventories=rows(records),
+        seeded=rows(seeded) if seeded is not None else None,
+    )
+
+
+def test_the_pool_decides_disk_gb_on_the_root_not_the_inner_driver():
+    # nova's libvirt driver on RBD puts the cluster's raw size on the root
+    # in update_provider_tree (and is handed the agent's figures): neither
+    # reaches the root's DISK_GB; a child's classes are untouched.
+    root = "0d6a8c4e-4b0e-4f0f-9a43-5b1f3f0c0a01"
+    disk = {"total": 48, "reserved": 0}
+    reported = (
+        _facts(root, None, {"DISK_GB": disk, "VCPU": {"total": 4}}, seeded={"DISK_GB": disk}),
+        _facts("child", root, {"DISK_GB": disk}),
+    )
+    view = dataclasses.replace(VIEW, node_uuid=root, providers=reported)
+    reading = watch.Reading(figures.from_df(DF, FSID, "vms", IMAGES), read_at=5.0)
+    for shared in (True, False):
+        found = driver.with_pool(view, reading, "vms", shared=shared)
+        top, child = found.providers
+        assert [rc for rc, _ in top.inventories] == ["VCPU"] and top.seeded == ()
+        assert child == reported[1]
+
+
+class OneNodeDriver:
+    """An inner driver that reads one node alone (as nova's does at a claim)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def read_nodes(self, **kwargs):
+        self.calls.append(("read_nodes", kwargs))
+        return [VIEW]
+
+    def read_node(self, nodename):
+        self.calls.append(("read_node", nodename))
+        return VIEW if nodename == VIEW.hypervisor_hostname else None
+
+
+def test_a_node_read_alone_takes_the_last_figures_without_reading_the_pool():
+    reads = []
+
+    def read():
+        reads.append(1)
+        return figures.from_df(DF, FSID, "vms", IMAGES)
+
+    inner = OneNodeDriver()
+    pool = driver.RbdPoolDriver(inner, watch.PoolWatch(read, timeout=5), "vms")
+    with pytest.raises(errors.HostReadError, match="not read yet"):
+        pool.read_node("cmp-a")  # before the first audit: no figures
+    assert reads == []
+    assert pool.read_nodes(providers=False)[0].local_gb == 45
+    assert inner.calls[-1] == ("read_nodes", {"providers": False})
+    assert len(reads) == 1
+    view = pool.read_node("cmp-a")
+    assert view.local_gb == 45 and view.disk_pool.shared and len(reads) == 1
+    assert pool.read_node("gone") is None
+
+
+def test_the_figures_handed_to_an_inner_driver_are_computed_with_the_pool():
+    # nova's driver is handed the agent's figures of the root: with the
+    # pool shared, the agent's view has the pool's disk, not the inner's.
+    bound = {}
+
+    class Binding(OneNodeDriver):
+        def bind(self, seed, allocations):
+            bound.update(seed=seed, allocations=allocations)
+
+    def read():
+        return figures.from_df(DF, FSID, "vms", IMAGES)
+
+    pool = driver.RbdPoolDriver(Binding(), watch.PoolWatch(read, timeout=5), "vms")
+    seen = []
+    pool.bind(seed=seen.append, allocations="allocations")
+    pool.read_nodes()
+    bound["seed"](VIEW)
+    assert bound["allocations"] == "allocations"
+    assert VIEW.local_gb == 900 and seen[0].local_gb == 45 and seen[0].disk_pool.shared
