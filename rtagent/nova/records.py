@@ -30,7 +30,7 @@ COMPUTE_RESOURCE_SEMAPHORE = "compute_resources"
 
 # Every public method that writes a row takes nova's lock for itself, once;
 # the private ones run inside them.
-_locked = utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+_under_novas_lock = utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
 
 
 class NovaRecords:
@@ -73,14 +73,14 @@ class NovaRecords:
         self._driver_numa.pop(nodename, None)
         self.compute_nodes.pop(nodename, None)
 
-    @_locked
+    @_under_novas_lock
     def keep_nodes(self, compute_nodes_in_db):
         """Forget the nodes nova's database no longer has."""
         keep = {cn.hypervisor_hostname for cn in compute_nodes_in_db}
         for nodename in set(self.compute_nodes) - keep:
             self.remove_node(nodename)
 
-    @_locked
+    @_under_novas_lock
     def record_node(self, context, nodename, resources, service_id, ratios):
         """The ComputeNode record (found or created) and its PCI rows, from
         the virt driver's ``resources``."""
@@ -103,7 +103,7 @@ class NovaRecords:
         rows = self._pci_rows.get(nodename)
         return rows is not None and not rows.empty
 
-    @_locked
+    @_under_novas_lock
     def reconcile_pci(self, context, cn):
         """nova's rows of instances no longer on the node (and in no move
         through it) are freed, as nova's ``clean_usage`` (the agent
@@ -149,7 +149,7 @@ class NovaRecords:
         """Whether the agent's last view of ``cn`` had NUMA cells."""
         return cn.uuid not in self._without_cells
 
-    @_locked
+    @_under_novas_lock
     def save_view(self, cn, view, ticket, rewrite=False):
         """Write the agent's compute-node ``view`` on ``cn``'s record unless
         a later one was written already, so that the record never goes back
@@ -209,7 +209,7 @@ class NovaRecords:
             return None
         return numa.instance_topology(flavor, image_meta, (reply or {}).get("numa"))
 
-    @_locked
+    @_under_novas_lock
     def record_claim(self, context, instance, cn, placed):
         """nova's rows of a claim the agent made (``placed``, its reply):
         the instance on the node, with the cells and pinning the agent chose
@@ -227,7 +227,7 @@ class NovaRecords:
         if self._claim_pci_rows(context, instance, nodename, placed):
             self._allocate_pci_rows(context, instance, nodename)
 
-    @_locked
+    @_under_novas_lock
     def unrecord_claim(self, context, instance, nodename):
         self._free_pci_rows(context, instance, nodename)
         instance.clear_numa_topology()
@@ -236,14 +236,14 @@ class NovaRecords:
         instance.compute_id = None
         instance.save()
 
-    @_locked
+    @_under_novas_lock
     def free_pci(self, context, instance, nodename):
         """The instance's rows on ``nodename`` freed (it was deleted)."""
         self._free_pci_rows(context, instance, nodename)
 
     # -- a move ------------------------------------------------------------
 
-    @_locked
+    @_under_novas_lock
     def destination(self, context, instance, new_flavor, cn, migration, *, move_type, host_ip):
         """The migration row of a move to ``cn`` (see
         :func:`migrations.destination`)."""
@@ -258,7 +258,7 @@ class NovaRecords:
             host_ip=host_ip,
         )
 
-    @_locked
+    @_under_novas_lock
     def record_move(self, context, instance, cn, migration, placed, *, new_numa, new_requests):
         """The instance's migration context of a move to ``cn``, and the
         rows of the devices the agent chose there (``placed``)."""
@@ -284,7 +284,7 @@ class NovaRecords:
             # count an incoming move (after the context took the old ones).
             self._allocate_pci_rows(context, instance, nodename)
 
-    @_locked
+    @_under_novas_lock
     def confirm(self, context, instance, migration):
         """A move confirmed, at its source: the rows say so."""
         migration.status = "confirmed"
@@ -293,7 +293,7 @@ class NovaRecords:
             self._free_moved_rows(context, instance, migration.source_node, "old_")
         instance.drop_migration_context()
 
-    @_locked
+    @_under_novas_lock
     def revert(self, context, instance, migration):
         """A move reverted, at its destination: the rows say so."""
         migration.status = "reverted"
@@ -303,12 +303,12 @@ class NovaRecords:
         instance.revert_migration_context()
         instance.save(expected_task_state=[task_states.RESIZE_REVERTING])
 
-    @_locked
+    @_under_novas_lock
     def free_moved_pci(self, context, instance, nodename, prefix):
         """The rows of the move's ``old_`` or ``new_`` devices freed."""
         self._free_moved_rows(context, instance, nodename, prefix)
 
-    @_locked
+    @_under_novas_lock
     def evacuated(self, instance, node, cn, migration):
         """An evacuation landed on ``node``: the instance is there, its
         migration done."""
@@ -324,31 +324,31 @@ class NovaRecords:
 
     # -- PCI devices outside a claim ---------------------------------------
 
-    @_locked
+    @_under_novas_lock
     def claim_pci(self, context, instance, nodename, chosen):
         """nova's rows of the devices ``chosen`` (the agent's choice)
         claimed for ``instance``; :returns: those rows."""
         return self._claim_pci_rows(context, instance, nodename, {"pci_devices": chosen})
 
-    @_locked
+    @_under_novas_lock
     def free_device(self, context, pci_device, instance):
         for rows in self._pci_rows.values():
             rows.free_devices([pci_device], instance)
             rows.save(context)
 
-    @_locked
+    @_under_novas_lock
     def allocate_pci_devices_for_instance(self, context, instance):
         for rows in self._pci_rows.values():
             rows.allocate(instance)
             rows.save(context)
 
-    @_locked
+    @_under_novas_lock
     def free_pci_device_allocations_for_instance(self, context, instance):
         for rows in self._pci_rows.values():
             rows.free_allocations(context, instance)
             rows.save(context)
 
-    @_locked
+    @_under_novas_lock
     def free_pci_device_claims_for_instance(self, context, instance):
         for rows in self._pci_rows.values():
             rows.free_claims(context, instance)
