@@ -88,14 +88,19 @@ def settle(cloud, line, bound=SETTLE_BOUND_S):
 
 
 def _final(cloud, server):
-    """A final state, and no task; a VERIFY_RESIZE whose confirmation or
-    revert is under way (nova shows that status until it ends) is not."""
+    """A final state, and no task. A VERIFY_RESIZE is final only while its
+    migration is ``finished`` (waiting for the user, the one status nova's
+    API confirms from). nova shows VERIFY_RESIZE, with no task, through a
+    whole confirmation: the migration ``confirming``, then ``confirmed``
+    (the source's tracker sets it as it drops the move's claim) before the
+    instance is saved ACTIVE; confirmed in that window, nova answers
+    "Instance has not been resized" (postgres_restart_confirm did)."""
     if server["status"] not in FINAL or server["OS-EXT-STS:task_state"]:
         return False
     if server["status"] != "VERIFY_RESIZE":
         return True
     latest = cloud.nova.migrations(server["id"])[:1]
-    return not latest or latest[0]["status"] not in ("confirming", "reverting")
+    return not latest or latest[0]["status"] == "finished"
 
 
 def next_steps(cloud, line, servers, bound=90):

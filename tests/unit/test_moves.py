@@ -328,3 +328,48 @@ def test_moves_that_do_not_match_the_migration_context_are_dropped():
     dropped, stale = moves.drop_stale(state, INST, "33333333-3333-3333-3333-333333333333")
     assert stale == [MIG] and not dropped.migrations
     assert as_tuple(used(dropped)) == (2, 2048, 20)  # back to the instance's own flavor
+
+
+@pytest.mark.parametrize(
+    "name, node, move, steps, released",
+    [
+        # A kept move's migration consumer held the source's old flavor:
+        # released at its source, so that healing removes it where nova
+        # could not (Placement down at _post_live_migration; issue 50).
+        ("live migration finished at its source", SRC, LIVE, [("finish", MIG)], True),
+        (
+            "resize confirmed at its source",
+            SRC,
+            RESIZE_SRC,
+            [("finish", MIG), ("confirm", MIG)],
+            True,
+        ),
+        ("same-node resize confirmed", SRC, RESIZE_SAME, [("finish", MIG), ("confirm", MIG)], True),
+        # nova moves a reverted move's allocation back to the instance.
+        ("live migration reverted at its source", SRC, LIVE, [("revert", MIG)], False),
+        (
+            "resize reverted at its source",
+            SRC,
+            RESIZE_SRC,
+            [("finish", MIG), ("revert", MIG)],
+            False,
+        ),
+        ("resize finished, not yet confirmed", SRC, RESIZE_SRC, [("finish", MIG)], False),
+        # The destination never held the migration consumer.
+        ("live migration finished at its destination", DST, LIVE, [("finish", MIG)], False),
+        (
+            "resize confirmed at its destination",
+            DST,
+            RESIZE_SRC,
+            [("finish", MIG), ("confirm", MIG)],
+            False,
+        ),
+    ],
+)
+def test_a_kept_moves_migration_consumer_is_released_at_its_source(
+    name, node, move, steps, released
+):
+    start = on(SRC, instance()) if node == SRC else on(DST)
+    state = run(start, [("start", move), *steps])
+    assert (MIG in state.released) is released, name
+    assert (MIG in state.healable()) is released, name
