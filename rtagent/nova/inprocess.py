@@ -9,8 +9,6 @@ through nova's virt driver, reached through its RPC endpoint's methods.
 import logging
 
 from rtagent import conf as rtconf
-from rtagent.conf import libvirt as libvirt_conf
-from rtagent.conf import validation
 from rtagent.nova import numa
 from rtagent.nova.hostdriver import NovaHostDriver
 from rtagent.nova.link import LocalLink
@@ -32,19 +30,6 @@ _SHARED_DEFAULT_OPTS = (
     "initial_cpu_allocation_ratio",
     "initial_ram_allocation_ratio",
     "initial_disk_allocation_ratio",
-)
-
-
-# nova's [libvirt] RBD options that mean the same in rtagent (docs/rbd.md).
-_RBD_OPTS = (
-    "images_rbd_pool",
-    "images_rbd_ceph_conf",
-    "rbd_user",
-    "rbd_connect_timeout",
-    "images_rbd_disk_on_each_root",
-)
-_ON_EACH_ROOT = next(
-    opt for opt in libvirt_conf.ALL_OPTS if opt.dest == "images_rbd_disk_on_each_root"
 )
 
 
@@ -83,36 +68,7 @@ def agent_conf(nova_conf, host, state_path):
         conf.set_override(name, nova_conf.pci[name], group="pci")
     location = nova_conf.compute.provider_config_location
     conf.set_override("provider_config_location", location, group="compute")
-    _disk_pool_opts(nova_conf, conf)
     return conf
-
-
-def register_nova_opts(nova_conf):
-    """Register on ``nova_conf`` the rtagent option the embedded agent reads
-    from nova.conf's ``[libvirt]`` beside nova's own (idempotent)."""
-    if "images_rbd_disk_on_each_root" not in nova_conf.libvirt:
-        nova_conf.register_opt(_ON_EACH_ROOT, group="libvirt")
-
-
-def _disk_pool_opts(nova_conf, conf):
-    """nova.conf's ``[libvirt]`` RBD options, same names and meanings
-    (docs/rbd.md), and rtagent's ``images_rbd_disk_on_each_root`` read from
-    the same group (registered on ``nova_conf`` here: nova has no such
-    option). Any other ``images_type`` (nova's lvm and ploop too) leaves
-    the agent's default: the disk is then what nova's driver reads.
-
-    :raises rtagent.conf.validation.ConfigError: with ``images_type = rbd``,
-        no pool, an unreadable ceph.conf or no Ceph bindings (one line).
-    """
-    register_nova_opts(nova_conf)
-    libvirt = nova_conf.libvirt
-    if libvirt.images_type != "rbd":
-        return
-    conf.set_override("images_type", "rbd", group="libvirt")
-    for name in _RBD_OPTS:
-        if libvirt[name] is not None:
-            conf.set_override(name, libvirt[name], group="libvirt")
-    validation.check_rbd(conf)
 
 
 def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_uuid=None):
@@ -124,17 +80,15 @@ def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_
         whose resources carry none (nova's ``get_local_node_uuid``).
     """
     conf = agent_conf(nova_conf, host, state_path)
-    nova_driver = NovaHostDriver(
+    driver = NovaHostDriver(
         virt_driver,
         local_node_uuid=local_node_uuid,
         cpu_sets=lambda: numa.cpu_sets(nova_conf),
     )
     # The node's identity only: its provider tree is the driver's to report
-    # to the agent built here (a reshape it asks for needs Placement), and
-    # the pool is read at the agent's first audit.
-    views = nova_driver.read_nodes(providers=False)
-    # With images_type = rbd, DISK_GB from the pool as under the daemon.
-    driver = builder.with_disk_pool(conf, nova_driver)
+    # to the agent built here (a reshape it asks for needs Placement). DISK_GB
+    # is nova's driver's reading, RBD or not (docs/rbd.md, "Not built yet").
+    views = driver.read_nodes(providers=False)
     agent = builder.build_agent(
         conf,
         driver=driver,
