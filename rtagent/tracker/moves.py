@@ -202,7 +202,7 @@ def finish_move(state, migration_uuid):
     else:
         state = state.without_instance(move.instance_uuid)
     if move.migration_type in SELF_CONFIRMING_MOVES:
-        return _ended(state, move)
+        return state.without_migrations([migration_uuid])
     return state.with_migration(move.replace(status="finished"))
 
 
@@ -214,22 +214,7 @@ def confirm_move(state, migration_uuid):
     if move.same_node and move.status != "finished":
         # Confirming before finishing: the new flavor becomes the instance's.
         state = finish_move(state, migration_uuid)
-    return _ended(state, move)
-
-
-def _ended(state, move):
-    """``state`` without ``move``, which ended kept (finished when it
-    confirms itself, or confirmed). At its source, nova's migration consumer
-    held the old flavor here for the move and is released: nova deletes its
-    allocation itself (``_post_live_migration``, ``confirm_resize``), and
-    where it could not (Placement down at that moment; issue 50's
-    placement_down_60s) healing removes it, as for an instance that left.
-    A reverted move's consumer is never released: nova moves its allocation
-    back to the instance."""
-    state = state.without_migrations([move.uuid])
-    if move.source_node == state.node_uuid:
-        state = state.with_released([move.uuid])
-    return state
+    return state.without_migrations([migration_uuid])
 
 
 def revert_move(state, migration_uuid):

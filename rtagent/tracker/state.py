@@ -54,8 +54,7 @@ class NodeState:
     :param migrations: migration UUID -> Migration involving the node.
     :param seq: the last sequence number given to a move (orders moves).
     :param released: UUIDs of instances that left this node (aborted,
-        deleted, shelved-offloaded, moved away) and of the migration
-        consumers of moves out of it that were kept: the only consumers whose
+        deleted, shelved-offloaded, moved away): the only consumers whose
         Placement allocations on this node's providers the agent may remove.
         An instance that comes back (a claim, an incoming move) is no
         longer released.
@@ -442,11 +441,6 @@ class NodeState:
             deleted=self.deleted | {uuid} if deleted else self.deleted,
         )
         return state._with_pci_claims() if removed.pci_devices else state
-
-    def with_released(self, uuids):
-        """``uuids`` released: consumers that held this node's resources and
-        no longer do (a kept move's migration consumer at its source)."""
-        return self.replace(released=self.released | set(uuids))
 
     def forget_released(self, uuids):
         return self.replace(released=self.released - set(uuids), deleted=self.deleted - set(uuids))
