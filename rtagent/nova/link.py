@@ -125,6 +125,35 @@ class LocalLink:
         self.agent.close()
 
 
+# The methods whose repeat returns what the first call did (docs/rpc-api.md,
+# "Timeouts, and reading an outcome back": a retried claim returns the same
+# claim, a retried abort or move step is harmless; reads change nothing).
+# RPC queues are not durable: a broker restarted between a call and its
+# reply loses the request or the reply while the call may have run, and
+# only sending the same call again learns its outcome. The node counters
+# (build_failed, build_succeeded) count each call, and update_instance is
+# let go on purpose (ResourceTracker.update_usage): neither is resent.
+RESENT = frozenset(
+    {
+        "instance_claim",
+        "abort_instance_claim",
+        "start_move",
+        "finish_move",
+        "confirm_move",
+        "revert_move",
+        "get_compute_node",
+        "get_instance",
+        "get_status",
+        "ping",
+    }
+)
+# Times an unanswered call of :data:`RESENT` is sent again, each bounded by
+# the client's timeout: a call waits at most (1 + RESENDS) x rpc_timeout
+# before AgentUnreachable (a broker restart takes seconds; a daemon that is
+# down still fails the build, one timeout later than without).
+RESENDS = 1
+
+
 class RpcLink:
     """The rtagent daemon on the same host, over oslo.messaging.
 
@@ -135,7 +164,8 @@ class RpcLink:
         self._client = client
 
     def call(self, method, **args):
-        """The call's result.
+        """The call's result; a call of :data:`RESENT` that was not
+        answered is sent again (:data:`RESENDS` times, logged).
 
         :raises AgentRefused: the daemon answered with an error.
         :raises AgentUnreachable: the daemon did not answer.
@@ -146,11 +176,24 @@ class RpcLink:
         LOG.debug(
             "Calling %s on the rtagent daemon (instance %s)", method, args.get("instance_uuid")
         )
-        try:
-            reply = self._client.call(method, **args)
-        except (om.MessagingTimeout, om.MessageDeliveryFailure) as exc:
-            raise AgentUnreachable(method, f"{type(exc).__name__}: {exc}") from exc
-        return unwrap(method, reply)
+        resends = RESENDS if method in RESENT else 0
+        while True:
+            try:
+                reply = self._client.call(method, **args)
+            except (om.MessagingTimeout, om.MessageDeliveryFailure) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                if not resends:
+                    raise AgentUnreachable(method, reason) from exc
+                resends -= 1
+                LOG.warning(
+                    "%s on the rtagent daemon (instance %s) was not answered (%s); "
+                    "sent again, as its repeat returns what it did",
+                    method,
+                    args.get("instance_uuid"),
+                    reason,
+                )
+                continue
+            return unwrap(method, reply)
 
     def audit(self, nodename=None, reading=None):
         """The daemon audits on its own schedule: nothing to do."""
