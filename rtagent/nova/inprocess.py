@@ -8,7 +8,10 @@ through nova's virt driver, reached through its RPC endpoint's methods.
 
 import logging
 
+from oslo_config import cfg
+
 from rtagent import conf as rtconf
+from rtagent.conf import validation
 from rtagent.nova import numa
 from rtagent.nova.hostdriver import NovaHostDriver
 from rtagent.nova.link import LocalLink
@@ -30,6 +33,30 @@ _SHARED_DEFAULT_OPTS = (
     "initial_cpu_allocation_ratio",
     "initial_ram_allocation_ratio",
     "initial_disk_allocation_ratio",
+)
+
+
+# nova's [libvirt] RBD options that mean the same in rtagent (docs/rbd.md).
+_RBD_OPTS = (
+    "images_rbd_pool",
+    "images_rbd_ceph_conf",
+    "rbd_user",
+    "rbd_connect_timeout",
+)
+
+# rtagent's layout option, read from nova.conf's [libvirt] by the embedded
+# agent. Its default there is nova's layout, where rtagent.conf's is the
+# sharing provider: a nova-compute upgraded to the embedded agent keeps
+# DISK_GB on its root as stock nova published it, and moves it to the
+# pool's provider (a reshape) only when nova.conf asks for it.
+_ON_EACH_ROOT = cfg.BoolOpt(
+    "images_rbd_disk_on_each_root",
+    default=True,
+    help="rtagent's option, embedded in nova-compute. With images_type = rbd: "
+    "true (the default here) keeps DISK_GB on the root as stock nova reports "
+    "it (nova's driver's reading of the cluster); false publishes the pool's "
+    "DISK_GB once, on a sharing provider the hosts' roots share, read by "
+    "the agent (docs/rbd.md).",
 )
 
 
@@ -68,7 +95,40 @@ def agent_conf(nova_conf, host, state_path):
         conf.set_override(name, nova_conf.pci[name], group="pci")
     location = nova_conf.compute.provider_config_location
     conf.set_override("provider_config_location", location, group="compute")
+    _disk_pool_opts(nova_conf, conf)
     return conf
+
+
+def register_nova_opts(nova_conf):
+    """Register on ``nova_conf`` the rtagent option the embedded agent reads
+    from nova.conf's ``[libvirt]`` beside nova's own (idempotent)."""
+    if "images_rbd_disk_on_each_root" not in nova_conf.libvirt:
+        nova_conf.register_opt(_ON_EACH_ROOT, group="libvirt")
+
+
+def _disk_pool_opts(nova_conf, conf):
+    """With ``images_type = rbd`` and ``images_rbd_disk_on_each_root =
+    false`` in nova.conf's ``[libvirt]``, the pool's options (same names
+    and meanings, docs/rbd.md) for the agent to read it. In nova's layout
+    (the default here) the agent reads nothing of the pool: DISK_GB on the
+    root is nova's driver's reading, which nova's ``RBDDriver`` takes from
+    the cluster (``ceph df``), as stock nova publishes it. Any other
+    ``images_type`` (nova's lvm and ploop too) leaves the disk to nova's
+    driver as well.
+
+    :raises rtagent.conf.validation.ConfigError: for the sharing provider,
+        no pool, an unreadable ceph.conf or no Ceph bindings (one line).
+    """
+    register_nova_opts(nova_conf)
+    libvirt = nova_conf.libvirt
+    if libvirt.images_type != "rbd" or libvirt.images_rbd_disk_on_each_root:
+        return
+    conf.set_override("images_type", "rbd", group="libvirt")
+    conf.set_override("images_rbd_disk_on_each_root", False, group="libvirt")
+    for name in _RBD_OPTS:
+        if libvirt[name] is not None:
+            conf.set_override(name, libvirt[name], group="libvirt")
+    validation.check_rbd(conf)
 
 
 def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_uuid=None):
@@ -80,15 +140,18 @@ def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_
         whose resources carry none (nova's ``get_local_node_uuid``).
     """
     conf = agent_conf(nova_conf, host, state_path)
-    driver = NovaHostDriver(
+    nova_driver = NovaHostDriver(
         virt_driver,
         local_node_uuid=local_node_uuid,
         cpu_sets=lambda: numa.cpu_sets(nova_conf),
     )
     # The node's identity only: its provider tree is the driver's to report
-    # to the agent built here (a reshape it asks for needs Placement). DISK_GB
-    # is nova's driver's reading, RBD or not (docs/rbd.md, "Not built yet").
-    views = driver.read_nodes(providers=False)
+    # to the agent built here (a reshape it asks for needs Placement), and
+    # the pool, if the agent reads it, at the agent's first audit.
+    views = nova_driver.read_nodes(providers=False)
+    # The sharing provider's layout on RBD: DISK_GB from the pool, as under
+    # the daemon (nova's layout: nova's driver's reading, _disk_pool_opts).
+    driver = builder.with_disk_pool(conf, nova_driver)
     agent = builder.build_agent(
         conf,
         driver=driver,
