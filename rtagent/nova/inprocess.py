@@ -16,6 +16,7 @@ from rtagent.nova import numa
 from rtagent.nova.hostdriver import NovaHostDriver
 from rtagent.nova.link import LocalLink
 from rtagent.placement import prompt
+from rtagent.rpc import status
 from rtagent.rpc.endpoint import AgentEndpoint
 from rtagent.service import builder
 
@@ -167,6 +168,17 @@ def local_link(nova_conf, host, virt_driver, *, adapter, state_path, local_node_
     # tests/nova/test_one_reading.py describes. The host is read by nova's
     # periodic, as before.
     soon = prompt.PromptSync(agent.sync_changed)
-    endpoint = AgentEndpoint(agent, host, conf.my_ip, on_change=soon.request)
+    # get_status carries the node's Placement sync state, as the daemon's
+    # does: nova-compute's adapter reads the unknown consumers there
+    # (rtagent.nova.leftovers).
+    endpoint = AgentEndpoint(
+        agent,
+        host,
+        conf.my_ip,
+        on_change=soon.request,
+        status_of=lambda tracker: status.node_status(
+            tracker.snapshot(), {"placement": agent.sync_status().get(tracker.node_uuid)}
+        ),
+    )
     soon.start()
     return LocalLink(agent, endpoint, conf.my_ip, prompt=soon)

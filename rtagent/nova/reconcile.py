@@ -82,6 +82,7 @@ def reconcile(link, context, records, *, adopt, depart, claiming=lambda uuid: Fa
     :param claiming: callable(instance UUID) -> True while a claim of it
         or its release is under way (its rows not written yet): such an
         instance is neither released nor claimed here.
+    :returns: the node's status as last read (``get_status``).
     """
     cn = records.cn
     status = link.call("get_status", node_uuid=cn.uuid)
@@ -130,6 +131,7 @@ def reconcile(link, context, records, *, adopt, depart, claiming=lambda uuid: Fa
             _refresh_states(link, cn, listed, states.get(listed.uuid))
         elif listed.uuid not in moving:
             _adopt(context, records, listed.uuid, adopt)
+    return status
 
 
 def _refresh_states(link, cn, listed, held):

@@ -30,6 +30,7 @@ from rtagent.exception import RtagentError
 from rtagent.nova import (
     arguments,
     computenode,
+    leftovers,
     metrics,
     migrations,
     numa,
@@ -197,7 +198,7 @@ class RtagentResourceTracker:
             moving = objects.MigrationList.get_in_progress_and_error(
                 context, self.host, cn.hypervisor_hostname
             )
-            reconcile.reconcile(
+            status = reconcile.reconcile(
                 self.link,
                 context,
                 reconcile.NodeRecords(self.host, cn, instances, moving),
@@ -205,6 +206,11 @@ class RtagentResourceTracker:
                 depart=self._depart,
                 claiming=self._in_flight.__contains__,
             )
+            unknown = ((status.get("sync") or {}).get("placement") or {}).get("unknown_consumers")
+            if unknown and self.reportclient is not None:
+                leftovers.delete_kept(
+                    context, self.reportclient, self.host, cn.hypervisor_hostname, unknown
+                )
             if self.records.has_pci_rows(nodename):
                 # Without rows (most hosts), nova's lock is not taken at all.
                 self.records.reconcile_pci(context, cn)
