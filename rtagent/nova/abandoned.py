@@ -57,8 +57,8 @@ class CutShort:
     def __init__(self):
         # node UUID -> {migration UUID: status} seen at the last audit.
         self._seen = {}
-        # node UUID -> migration UUIDs in error that held nothing when
-        # looked at: settled by nova already, not asked about again.
+        # node UUID -> migration UUIDs in error whose consumer holds
+        # nothing (settled by nova or here): not looked at again.
         self._empty = {}
         self._mutex = threading.Lock()
 
@@ -75,16 +75,25 @@ class CutShort:
             empty = self._empty.setdefault(node, set())
             # Forget what nova no longer lists (deleted with its instance).
             empty &= {m.uuid for m in records.moving}
+            empty = frozenset(empty)
             before = self._seen.get(node, {})
-        found = [
-            (migration, instance)
-            for migration, instance in _abandoned(context, records)
-            if migration.uuid not in empty
-        ]
+        found = list(_abandoned(context, records, skip=empty))
         with self._mutex:
             self._seen[node] = {m.uuid: m.status for m, _ in found}
         settled = []
         for migration, instance in found:
+            try:
+                held = reportclient.get_allocations_for_consumer(context, migration.uuid)
+            except Exception as exc:  # Placement's errors; the next audit again
+                _not_now(migration, instance, exc)
+                continue
+            if not held and migration.status == "error":
+                # Nothing to give back: nova settled it (a failed live
+                # migration's rollback does), or this did. Not looked at
+                # again while nova lists it.
+                with self._mutex:
+                    self._empty.setdefault(node, set()).add(migration.uuid)
+                continue
             if before.get(migration.uuid) != migration.status:
                 LOG.info(
                     "Move %s of instance %s looks cut short at its source %s (migration "
@@ -97,33 +106,26 @@ class CutShort:
                 )
                 continue
             try:
-                given = _give_back(context, reportclient, migration, instance)
+                _give_back(context, reportclient, migration, instance, held)
             except Exception as exc:  # Placement's errors; the next audit again
-                LOG.warning(
-                    "Move %s of instance %s cut short at its source: its allocation "
-                    "could not be given back now: %s",
-                    migration.uuid,
-                    instance.uuid,
-                    exc,
-                )
-                continue
-            if not given:
-                with self._mutex:
-                    self._empty.setdefault(node, set()).add(migration.uuid)
+                _not_now(migration, instance, exc)
                 continue
             if migration.status != "error":
                 migration.status = "error"
                 migration.save()
+            with self._mutex:
+                self._empty.setdefault(node, set()).add(migration.uuid)
             settled.append(migration.uuid)
         return settled
 
 
-def _abandoned(context, records):
+def _abandoned(context, records, skip):
     """(migration, instance) of each move out of ``records.cn`` in the
-    state nova leaves a move cut short at its source: read again, the
-    instance first, so that a move that went on meanwhile shows it."""
+    state nova leaves a move cut short at its source, but those whose UUID
+    is in ``skip``: read again, the instance first, so that a move that
+    went on meanwhile shows it."""
     for listed in records.moving:
-        if not _leaves(listed, records):
+        if listed.uuid in skip or not _leaves(listed, records):
             continue
         instance = _instance(context, listed.instance_uuid)
         if instance is None or not _stayed(instance, records):
@@ -134,12 +136,9 @@ def _abandoned(context, records):
         yield migration, instance
 
 
-def _give_back(context, reportclient, migration, instance):
-    """The migration's allocation moved back to the instance; False when
-    the migration holds none and is over already (nothing to give back)."""
-    held = reportclient.get_allocations_for_consumer(context, migration.uuid)
-    if not held and migration.status == "error":
-        return False
+def _give_back(context, reportclient, migration, instance, held):
+    """The migration's allocation (``held``, if any) moved back to the
+    instance: the instance's own, at the destination, replaced by it."""
     if held:
         reportclient.move_allocations(context, migration.uuid, instance.uuid)
     LOG.warning(
@@ -150,7 +149,16 @@ def _give_back(context, reportclient, migration, instance):
         instance.uuid,
         migration.status,
     )
-    return True
+
+
+def _not_now(migration, instance, exc):
+    LOG.warning(
+        "Move %s of instance %s cut short at its source: its allocation "
+        "could not be given back now: %s",
+        migration.uuid,
+        instance.uuid,
+        exc,
+    )
 
 
 def _leaves(migration, records):
