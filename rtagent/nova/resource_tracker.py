@@ -28,6 +28,7 @@ from oslo_utils import excutils
 
 from rtagent.exception import RtagentError
 from rtagent.nova import (
+    abandoned,
     arguments,
     computenode,
     leftovers,
@@ -94,6 +95,9 @@ class RtagentResourceTracker:
         self._link = None
         self._in_flight = InFlight()
         self._sizes = computenode.SizeWarnings()
+        # Kept across periodics: a move cut short is settled at its second
+        # sighting (see abandoned).
+        self._cut_short = abandoned.CutShort()
 
     @property
     def link(self):
@@ -198,18 +202,24 @@ class RtagentResourceTracker:
             moving = objects.MigrationList.get_in_progress_and_error(
                 context, self.host, cn.hypervisor_hostname
             )
+            records = reconcile.NodeRecords(self.host, cn, instances, moving)
+            # First, so that a move it sets to error is reverted below like
+            # any other; outside nova's lock (Placement calls).
+            self._cut_short.settle(context, records, self._placement())
             status = reconcile.reconcile(
                 self.link,
                 context,
-                reconcile.NodeRecords(self.host, cn, instances, moving),
+                records,
                 adopt=self._adopt,
                 depart=self._depart,
                 claiming=self._in_flight.__contains__,
             )
+            # The agent's report of the node's unknown consumers: a kept
+            # move's allocation nova could not delete is deleted as nova meant.
             unknown = ((status.get("sync") or {}).get("placement") or {}).get("unknown_consumers")
-            if unknown and self.reportclient is not None:
+            if unknown:
                 leftovers.delete_kept(
-                    context, self.reportclient, self.host, cn.hypervisor_hostname, unknown
+                    context, self._placement(), self.host, cn.hypervisor_hostname, unknown
                 )
             if self.records.has_pci_rows(nodename):
                 # Without rows (most hosts), nova's lock is not taken at all.
@@ -228,6 +238,14 @@ class RtagentResourceTracker:
                 nodename,
                 self.host,
             )
+
+    def _placement(self):
+        """nova's report client: ComputeManager's, else the process's."""
+        if self.reportclient is not None:
+            return self.reportclient
+        from nova.scheduler.client import report
+
+        return report.report_client_singleton()
 
     def _sync_disabled(self, context, node_uuid):
         """The agent shows a disabled service as COMPUTE_STATUS_DISABLED."""

@@ -14,7 +14,13 @@ allocated for a moment before is no leak.
 
 Finding them cheaply is :class:`AllocationIndex`'s job; what was reported
 is :class:`ConsumerReport`'s; :class:`UnknownConsumerPass` runs the check
-only when the root's generation moved (every allocation change moves it).
+only when the root's generation moved. A new allocation moves it, a removed
+one does not (Placement bumps the generations of the providers a write
+allocates on, not of those it frees): a reported consumer whose allocation
+someone else removed (nova's ``move_allocations`` at a move cut short, an
+operator's ``nova-manage placement audit --delete``) would stay reported
+until some other change. So while consumers are reported, each audit reads
+them again, one by one, and drops those that hold nothing here any more.
 """
 
 import logging
@@ -68,6 +74,18 @@ class ConsumerReport:
             LOG.info("Consumer %s is known to this agent now: no longer reported", consumer)
         if cleared:
             self._unknown = {c: a for c, a in self._unknown.items() if c not in known}
+
+    def drop(self, gone):
+        """Drop consumers that hold nothing on the node's providers any
+        more (someone else removed their allocation)."""
+        cleared = sorted(set(self._unknown) & set(gone))
+        for consumer in cleared:
+            LOG.info(
+                "Consumer %s holds nothing on this node's providers any more: no longer reported",
+                consumer,
+            )
+        if cleared:
+            self._unknown = {c: a for c, a in self._unknown.items() if c not in gone}
 
     def update(self, found):
         """Adopt ``found`` (from :func:`unknown_consumers`); log new ones."""
@@ -160,6 +178,12 @@ class AllocationIndex:
                 if consumer not in marks:
                     found.setdefault(consumer, {})[rp] = dict(resources)
         return found
+
+    def recheck(self, consumers):
+        """Read ``consumers`` again, one by one (O(1) each); :returns:
+        those of them that hold nothing on the indexed providers now."""
+        self._read_consumers(consumers)
+        return {c for c in consumers if not any(c in held for held in self._held.values())}
 
     def forget(self, consumers):
         """``consumers`` hold nothing on our providers now (healing proved
@@ -266,6 +290,9 @@ class UnknownConsumerPass:
             first is None or self._due(first, now) for first in self._candidates.values()
         )
         if self._generation == root.generation and not due:
+            if node.audit and self._report.unknown:
+                # A removal does not move the generation (see above).
+                self._report.drop(self._index.recheck(sorted(self._report.unknown)))
             return node
         found = self.find(node.tracker, node.view)
         reported = set(self._report.unknown)

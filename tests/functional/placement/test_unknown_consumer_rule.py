@@ -137,3 +137,28 @@ def test_prompt_syncs_never_heal_a_released_consumer(make_agent, make_conf, oper
     assert allocations_of(operator, leaving) == {node: RES}
     agent.audit()
     assert allocations_of(operator, leaving) == {}
+
+
+def test_a_reported_consumer_whose_allocation_someone_removed_is_dropped_at_the_next_audit(
+    make_agent, make_conf, operator, caplog
+):
+    """A removal does not move the provider's generation (Placement bumps
+    those a write allocates on): nova's move_allocations back to the
+    instance at a move cut short left the destination's agent reporting
+    the instance's removed allocation for good (make test-cloud-faults'
+    compute_kill_live_migration, issue 50)."""
+    agent = make_agent(make_conf(rtagent__placement_refresh_interval=0))
+    node = agent.audit().snapshot.node_uuid
+    caplog.set_level(logging.INFO)
+    leak = str(uuid.uuid4())
+    put_allocation(operator, leak, {node: RES})
+    another_claim(agent)
+    agent.audit()
+    agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == [leak]
+    generation = operator.get(f"/resource_providers/{node}").json()["generation"]
+    resp = operator.delete(f"/allocations/{leak}")
+    assert resp.status_code == 204, resp.text
+    assert operator.get(f"/resource_providers/{node}").json()["generation"] == generation
+    agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == []
