@@ -186,3 +186,33 @@ def test_a_confirmed_resize_is_followed_consumer_by_consumer(steady, operator, o
     else:
         assert reported == [migration]
         assert allocations_of(operator, migration) == {node: RES}
+
+
+def test_a_finished_moves_consumer_left_behind_is_reported_with_nothing_else_moving(
+    steady, operator
+):
+    """The owner's delete of a finished move's migration consumer never
+    came (Placement was down when nova made it) and nothing else writes an
+    allocation on the node: no generation moves, yet the node stopped
+    knowing the consumer, so it reads it alone and reports it after two
+    audits (make test-cloud-faults' placement_down_60s: before, the check
+    waited for a generation change that never came, and the leak was never
+    reported)."""
+    agent, recorder = steady
+    node = agent.tracker.node_uuid
+    instance, migration = str(uuid.uuid4()), str(uuid.uuid4())
+    claim_as_nova(agent, operator, instance)
+    agent.audit()
+    resize_as_nova(agent, operator, instance, migration, {"VCPU": 2, "MEMORY_MB": 512})
+    agent.audit()
+    generation = operator.get(f"/resource_providers/{node}").json()["generation"]
+    agent.tracker.finish_move(migration)
+    agent.tracker.confirm_move(migration)
+    recorder.reset()
+    agent.audit()
+    agent.audit()
+    assert operator.get(f"/resource_providers/{node}").json()["generation"] == generation
+    assert agent.sync_status()[node]["unknown_consumers"] == [migration]
+    # Found by reading it alone (the provider is read in full only once
+    # there is an unknown consumer to report on).
+    assert f"/allocations/{migration}" in set(gets(recorder))
