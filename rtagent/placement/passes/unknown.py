@@ -297,16 +297,19 @@ class UnknownConsumerPass:
         # test-cloud-faults' placement_down_60s). The index reads such a
         # consumer alone (``GET /allocations/{c}``).
         forgotten = self._known - known - set(node.emptied)
-        self._known = known
         due = node.audit and any(
             first is None or self._due(first, now) for first in self._candidates.values()
         )
         if self._generation == root.generation and not due and not forgotten:
+            self._known = known
             if node.audit and self._report.unknown:
                 # A removal does not move the generation (see above).
                 self._report.drop(self._index.recheck(sorted(self._report.unknown)))
             return node
         found = self.find(node.tracker, node.view)
+        # Only once the check has read them: a check that failed (Placement
+        # went away) looks at the forgotten consumers again next time.
+        self._known = known
         reported = set(self._report.unknown)
         confirmed = {
             c

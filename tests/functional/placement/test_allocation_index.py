@@ -5,7 +5,9 @@ what the full read found: against the real Placement app."""
 import uuid
 
 import pytest
+from keystoneauth1 import exceptions as ks_exc
 
+from rtagent.placement.errors import PlacementUnavailable
 from rtagent.tracker.model import Flavor
 from tests.functional.conftest import Recorder
 from tests.functional.placement.conftest import allocations_of, put_allocation
@@ -216,3 +218,32 @@ def test_a_finished_moves_consumer_left_behind_is_reported_with_nothing_else_mov
     # Found by reading it alone (the provider is read in full only once
     # there is an unknown consumer to report on).
     assert f"/allocations/{migration}" in set(gets(recorder))
+
+
+def test_a_forgotten_consumer_is_looked_at_again_after_a_failed_check(steady, operator):
+    """Placement went away just as the node stopped knowing the consumer
+    (nova's delete of it failed for the same outage): the check that was
+    to read it failed, and the next one reads it (make test-cloud-faults'
+    placement_down_60s leaked it once when the node took it as read)."""
+    agent, recorder = steady
+    node = agent.tracker.node_uuid
+    instance, migration = str(uuid.uuid4()), str(uuid.uuid4())
+    claim_as_nova(agent, operator, instance)
+    agent.audit()
+    resize_as_nova(agent, operator, instance, migration, {"VCPU": 2, "MEMORY_MB": 512})
+    agent.audit()
+    agent.tracker.finish_move(migration)
+    agent.tracker.confirm_move(migration)
+
+    def down(method, url):
+        if url == f"/allocations/{migration}":
+            raise ks_exc.ConnectFailure("injected: Placement is down")
+
+    recorder.hook = down
+    with pytest.raises(PlacementUnavailable):
+        agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == []
+    recorder.hook = None
+    agent.audit()
+    agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == [migration]
