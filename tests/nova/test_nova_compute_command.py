@@ -11,6 +11,7 @@ from the agent's view; Placement must hold only what the agent wrote.
 Run by ``make test-nova`` in .venv-nova.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -159,7 +160,10 @@ def _get_json(url):
 
 
 def _compute_node_row(db_path, uuid):
-    with sqlite3.connect(db_path) as db:
+    # Closed at once: sqlite3's context manager ends a transaction but keeps
+    # the connection, and a reader's lock held meanwhile makes nova's
+    # conductor fail its write with "database is locked" on a loaded machine.
+    with contextlib.closing(sqlite3.connect(db_path)) as db:
         db.row_factory = sqlite3.Row
         row = db.execute(
             "SELECT * FROM compute_nodes WHERE uuid = ? AND deleted = 0", (uuid,)
