@@ -247,3 +247,46 @@ def test_a_forgotten_consumer_is_looked_at_again_after_a_failed_check(steady, op
     agent.audit()
     agent.audit()
     assert agent.sync_status()[node]["unknown_consumers"] == [migration]
+
+
+def test_a_swap_the_sums_cannot_see_is_found_once_healing_empties_the_instance(steady, operator):
+    """nova's conductor moves an instance's allocation to a move's migration
+    consumer in one write, the same amounts: the provider's usages still
+    equal the index's sums, so the index does not read the provider and
+    never sees the migration consumer. Recorded only once over (Placement
+    was down meanwhile), the move taught it nothing. Healing then finds the
+    released instance holds nothing here: the index was wrong about this
+    provider, checks its sums again and finds the migration consumer (make
+    test-cloud-faults' placement_down_60s leaked it unreported)."""
+    agent, _ = steady
+    node = agent.tracker.node_uuid
+    instance, migration = str(uuid.uuid4()), str(uuid.uuid4())
+    claim_as_nova(agent, operator, instance)
+    agent.audit()
+    generation = operator.get(f"/allocations/{instance}").json()["consumer_generation"]
+    owner = {"project_id": "proj", "user_id": "user"}
+    resp = operator.post(
+        "/allocations",
+        json={
+            migration: {
+                "allocations": {node: {"resources": RES}},
+                "consumer_generation": None,
+                "consumer_type": "MIGRATION",
+                **owner,
+            },
+            instance: {
+                "allocations": {},
+                "consumer_generation": generation,
+                "consumer_type": "INSTANCE",
+                **owner,
+            },
+        },
+    )
+    assert resp.status_code == 204, resp.text
+    agent.audit()
+    agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == []  # the blind spot
+    agent.tracker.abort_instance_claim(instance)  # the instance left
+    for _ in range(3):
+        agent.audit()
+    assert agent.sync_status()[node]["unknown_consumers"] == [migration]
