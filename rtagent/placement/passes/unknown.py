@@ -129,7 +129,10 @@ class AllocationIndex:
     read is then cheaper), and on :meth:`unknown` with ``full=True`` (an
     operator asked). What the sums cannot see is a change to a consumer the
     tracker was not told about that exactly cancels, class by class, a new
-    consumer's allocation in the same tick; the next full read finds it.
+    consumer's allocation in the same tick (nova's conductor swapping an
+    instance's allocation for its move's migration consumer): the move's
+    record, or healing proving the index wrong (:meth:`forget`), makes the
+    index read it.
 
     Not thread-safe: the audit thread only.
     """
