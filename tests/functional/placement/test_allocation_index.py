@@ -190,6 +190,17 @@ def test_a_confirmed_resize_is_followed_consumer_by_consumer(steady, operator, o
         assert allocations_of(operator, migration) == {node: RES}
 
 
+def resized_and_audited(agent, operator):
+    """A claim, then a same-node resize as nova makes them, each followed
+    by an audit. :returns: (instance, migration)."""
+    instance, migration = str(uuid.uuid4()), str(uuid.uuid4())
+    claim_as_nova(agent, operator, instance)
+    agent.audit()
+    resize_as_nova(agent, operator, instance, migration, {"VCPU": 2, "MEMORY_MB": 512})
+    agent.audit()
+    return instance, migration
+
+
 def test_a_finished_moves_consumer_left_behind_is_reported_with_nothing_else_moving(
     steady, operator
 ):
@@ -202,11 +213,7 @@ def test_a_finished_moves_consumer_left_behind_is_reported_with_nothing_else_mov
     reported)."""
     agent, recorder = steady
     node = agent.tracker.node_uuid
-    instance, migration = str(uuid.uuid4()), str(uuid.uuid4())
-    claim_as_nova(agent, operator, instance)
-    agent.audit()
-    resize_as_nova(agent, operator, instance, migration, {"VCPU": 2, "MEMORY_MB": 512})
-    agent.audit()
+    _, migration = resized_and_audited(agent, operator)
     generation = operator.get(f"/resource_providers/{node}").json()["generation"]
     agent.tracker.finish_move(migration)
     agent.tracker.confirm_move(migration)
@@ -227,11 +234,7 @@ def test_a_forgotten_consumer_is_looked_at_again_after_a_failed_check(steady, op
     placement_down_60s leaked it once when the node took it as read)."""
     agent, recorder = steady
     node = agent.tracker.node_uuid
-    instance, migration = str(uuid.uuid4()), str(uuid.uuid4())
-    claim_as_nova(agent, operator, instance)
-    agent.audit()
-    resize_as_nova(agent, operator, instance, migration, {"VCPU": 2, "MEMORY_MB": 512})
-    agent.audit()
+    _, migration = resized_and_audited(agent, operator)
     agent.tracker.finish_move(migration)
     agent.tracker.confirm_move(migration)
 
